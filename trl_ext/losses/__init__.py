@@ -1,0 +1,28 @@
+"""Distribution-matching token losses for SFT: EMO, GEM and the baselines, in one place.
+
+Public API (see DESIGN.md)::
+
+    token_loss(name, logits[N, V], labels[N], **params) -> Tensor[N]
+    fused_token_loss(name, hidden[N, d], weight[V, d], labels[N], **params) -> Tensor[N]
+
+Per-token losses, 0 where ``labels == -100``; labels are already aligned with the rows; the caller reduces
+(``loss.sum() / num_items_in_batch``). ``reference_token_loss`` is the readable full-logits ground truth.
+"""
+
+from .chunked import TokenStats, auto_chunk_size, fused_token_loss, token_loss
+from .reference import reference_token_loss
+from .registry import EMO_WEIGHTINGS, IGNORE_INDEX, LOSS_NAMES, LOSSES, LossSpec, resolve
+
+__all__ = [
+    "EMO_WEIGHTINGS",
+    "IGNORE_INDEX",
+    "LOSSES",
+    "LOSS_NAMES",
+    "LossSpec",
+    "TokenStats",
+    "auto_chunk_size",
+    "fused_token_loss",
+    "reference_token_loss",
+    "resolve",
+    "token_loss",
+]

@@ -1,0 +1,291 @@
+"""Memory-efficient paths: chunked from logits, and fused from (hidden, lm_head weight).
+
+Both run `rows.chunk_math` on chunks of *valid* rows (ignored rows cost nothing) in float32, so no more than
+one chunk of vocabulary-sized temporaries exists at a time.
+
+* `token_loss` (logits given): the forward keeps no gradient; the backward recomputes each chunk's closed-form
+  gradient and writes it, scaled by the per-token upstream gradient, into the logits' gradient.
+* `fused_token_loss` (hidden, weight): logits are built chunk by chunk with one matmul and never held beyond a
+  chunk. Gradients are computed in the forward (one logits matmul instead of two): d hidden for a unit upstream
+  gradient is exact per row, so the backward only rescales it; d weight sums over rows, so it is rescaled when
+  the upstream gradient is the same for every valid row (the usual `sum / num_items` reduction) and recomputed
+  chunk by chunk otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .registry import (
+    IGNORE_INDEX,
+    check_chunk_size,
+    check_floating,
+    check_labels,
+    compute_dtype,
+    normalized_cost_embedding,
+    resolve,
+)
+from .rows import chunk_math
+
+CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
+DEFAULT_CHUNK_MEMORY_MB = 256
+
+
+@dataclass
+class TokenStats:
+    """Detached per-token statistics (0 at ignored rows) for logging next to the objective."""
+
+    ce: Tensor
+    entropy: Tensor
+    top1_correct: Tensor
+    demd: Tensor | None = None
+
+
+def auto_chunk_size(vocab_size: int, dtype: torch.dtype, buffers: int) -> int:
+    """Rows per chunk so that `buffers` [rows, V] temporaries fit the memory budget (env DISTMATCH_CHUNK_MEMORY_MB)."""
+    budget_mb = float(os.environ.get(CHUNK_MEMORY_ENV, DEFAULT_CHUNK_MEMORY_MB))
+    if budget_mb <= 0:
+        raise ValueError(f"{CHUNK_MEMORY_ENV} must be a positive number of MiB, got {budget_mb}.")
+    bytes_per_row = vocab_size * torch.finfo(dtype).bits // 8 * buffers
+    return max(1, int(budget_mb * 2**20 // bytes_per_row))
+
+
+@dataclass
+class _Plan:
+    """Everything a chunked call needs besides the differentiable tensors; also carries the stats out."""
+
+    name: str
+    params: dict[str, Any]
+    cdtype: torch.dtype
+    chunk_size: int
+    want_stats: bool
+    cost_hat: Tensor | None
+    grad_enabled: bool = field(default_factory=torch.is_grad_enabled)
+    stats: dict[str, Tensor] = field(default_factory=dict)
+
+    def similarity(self, y: Tensor) -> Tensor | None:
+        if self.cost_hat is None:
+            return None
+        return self.cost_hat[y] @ self.cost_hat.T  # s_ij = cos(e_{y_i}, e_j), one [n, V] matmul
+
+    def chunks(self, valid_rows: Tensor):
+        for start in range(0, valid_rows.numel(), self.chunk_size):
+            yield start, valid_rows[start : start + self.chunk_size]
+
+    def init_stats(self, rows: int, device: torch.device) -> None:
+        if self.want_stats:
+            keys = ("ce", "entropy", "top1_correct") + (("demd",) if self.name == "emo" else ())
+            self.stats = {k: torch.zeros(rows, dtype=self.cdtype, device=device) for k in keys}
+
+    def store_stats(self, rows: Tensor, result: Any) -> None:
+        for key, buf in self.stats.items():
+            buf[rows] = getattr(result, key)
+
+
+def _plan(
+    name: str,
+    params: dict[str, Any],
+    vocab_size: int,
+    inputs: Tensor,
+    chunk_size: int | None,
+    want_stats: bool,
+) -> _Plan:
+    spec, resolved = resolve(name, params)
+    check_chunk_size(chunk_size)
+    cdtype = compute_dtype(inputs.dtype)
+    cost_hat = None
+    if spec.needs_cost_embedding:
+        cost_hat = normalized_cost_embedding(
+            resolved.pop("cost_embedding"), vocab_size, inputs.device, cdtype
+        )
+    if chunk_size is None:
+        chunk_size = auto_chunk_size(vocab_size, cdtype, buffers=4 if cost_hat is not None else 3)
+    return _Plan(name, resolved, cdtype, chunk_size, want_stats, cost_hat)
+
+
+def _valid_rows(labels: Tensor) -> Tensor:
+    return (labels != IGNORE_INDEX).nonzero().view(-1)
+
+
+class _ChunkedFromLogits(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, labels: Tensor, plan: _Plan) -> Tensor:
+        valid = _valid_rows(labels)
+        loss = torch.zeros(logits.shape[0], dtype=plan.cdtype, device=logits.device)
+        plan.init_stats(logits.shape[0], logits.device)
+        for _, rows in plan.chunks(valid):
+            y = labels[rows]
+            z = logits[rows].to(plan.cdtype)
+            result = chunk_math(
+                plan.name, plan.params, z, y, plan.similarity(y), want_grad=False, want_stats=plan.want_stats
+            )
+            loss[rows] = result.loss
+            plan.store_stats(rows, result)
+        ctx.save_for_backward(logits, labels, valid)
+        ctx.plan = plan
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, None, None]:
+        logits, labels, valid = ctx.saved_tensors
+        plan: _Plan = ctx.plan
+        grad_logits = torch.zeros_like(logits)
+        upstream = grad_loss.to(plan.cdtype)
+        for _, rows in plan.chunks(valid):
+            y = labels[rows]
+            z = logits[rows].to(plan.cdtype)
+            grad = chunk_math(
+                plan.name, plan.params, z, y, plan.similarity(y), want_grad=True, want_stats=False
+            ).grad
+            assert grad is not None
+            grad_logits[rows] = grad.mul_(upstream[rows].unsqueeze(1)).to(logits.dtype)
+        return grad_logits, None, None
+
+
+class _FusedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, labels: Tensor, plan: _Plan) -> Tensor:
+        # Inside forward grad mode is off and needs_input_grad ignores an outer no_grad(): ask the plan.
+        need_hidden = plan.grad_enabled and ctx.needs_input_grad[0]
+        need_weight = plan.grad_enabled and ctx.needs_input_grad[1]
+        valid = _valid_rows(labels)
+        w = weight.to(plan.cdtype)
+        loss = torch.zeros(hidden.shape[0], dtype=plan.cdtype, device=hidden.device)
+        plan.init_stats(hidden.shape[0], hidden.device)
+        grad_hidden_unit = (
+            hidden.new_empty((valid.numel(), hidden.shape[1]), dtype=plan.cdtype) if need_hidden else None
+        )
+        grad_weight_unit = torch.zeros_like(w) if need_weight else None
+        for start, rows in plan.chunks(valid):
+            y = labels[rows]
+            h = hidden[rows].to(plan.cdtype)
+            result = chunk_math(
+                plan.name,
+                plan.params,
+                h @ w.T,
+                y,
+                plan.similarity(y),
+                want_grad=need_hidden or need_weight,
+                want_stats=plan.want_stats,
+            )
+            loss[rows] = result.loss
+            plan.store_stats(rows, result)
+            if result.grad is not None:
+                if grad_hidden_unit is not None:
+                    torch.mm(result.grad, w, out=grad_hidden_unit[start : start + rows.numel()])
+                if grad_weight_unit is not None:
+                    grad_weight_unit.addmm_(result.grad.T, h)
+        ctx.save_for_backward(hidden, weight, labels, valid)
+        ctx.plan = plan
+        ctx.grad_hidden_unit = grad_hidden_unit
+        ctx.grad_weight_unit = grad_weight_unit
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
+        hidden, weight, labels, valid = ctx.saved_tensors
+        plan: _Plan = ctx.plan
+        upstream = grad_loss[valid].to(plan.cdtype)
+        grad_hidden = grad_weight = None
+
+        if ctx.needs_input_grad[0]:
+            grad_hidden = torch.zeros_like(hidden)
+            grad_hidden[valid] = (ctx.grad_hidden_unit * upstream.unsqueeze(1)).to(hidden.dtype)
+
+        if ctx.needs_input_grad[1]:
+            unit = ctx.grad_weight_unit
+            uniform = upstream.numel() == 0 or bool((upstream == upstream[0]).all())
+            if unit is not None and uniform:
+                # Rescale in place; the buffer is consumed (a second backward recomputes below).
+                ctx.grad_weight_unit = None
+                if upstream.numel() and float(upstream[0]) != 1.0:
+                    unit.mul_(upstream[0])
+                grad_weight = unit.to(weight.dtype)
+            else:
+                grad_weight = _recompute_grad_weight(hidden, weight, labels, valid, upstream, plan).to(
+                    weight.dtype
+                )
+        return grad_hidden, grad_weight, None, None
+
+
+def _recompute_grad_weight(
+    hidden: Tensor, weight: Tensor, labels: Tensor, valid: Tensor, upstream: Tensor, plan: _Plan
+) -> Tensor:
+    """d weight = sum_i g_i G_i^T h_i for a per-token upstream gradient g that differs between rows."""
+    w = weight.to(plan.cdtype)
+    grad_weight = torch.zeros_like(w)
+    for start, rows in plan.chunks(valid):
+        y = labels[rows]
+        h = hidden[rows].to(plan.cdtype)
+        grad = chunk_math(
+            plan.name, plan.params, h @ w.T, y, plan.similarity(y), want_grad=True, want_stats=False
+        ).grad
+        assert grad is not None
+        grad.mul_(upstream[start : start + rows.numel()].unsqueeze(1))
+        grad_weight.addmm_(grad.T, h)
+    return grad_weight
+
+
+def _finish(loss: Tensor, plan: _Plan, return_stats: bool) -> Tensor | tuple[Tensor, TokenStats]:
+    if not return_stats:
+        return loss
+    return loss, TokenStats(**plan.stats)
+
+
+def token_loss(
+    name: str,
+    logits: Tensor,
+    labels: Tensor,
+    *,
+    chunk_size: int | None = None,
+    return_stats: bool = False,
+    **params: Any,
+) -> Tensor | tuple[Tensor, TokenStats]:
+    """Per-token loss `name` of `logits` [N, V] against aligned `labels` [N] (-100 = ignored -> 0).
+
+    Chunked over rows; differentiable w.r.t. `logits`. Returns float32 (float64 for float64 logits); with
+    `return_stats=True` also a `TokenStats` of detached per-token CE, entropy, top-1 correctness (and DEMD for EMO).
+    """
+    check_floating("logits", logits, 2)
+    check_labels(labels, logits.shape[0], logits.shape[1], logits.device)
+    plan = _plan(name, params, logits.shape[1], logits, chunk_size, return_stats)
+    loss = _ChunkedFromLogits.apply(logits, labels.long(), plan)
+    return _finish(loss, plan, return_stats)
+
+
+def fused_token_loss(
+    name: str,
+    hidden: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    *,
+    chunk_size: int | None = None,
+    return_stats: bool = False,
+    **params: Any,
+) -> Tensor | tuple[Tensor, TokenStats]:
+    """Per-token loss `name` of the logits `hidden @ weight.T` without materialising them.
+
+    `hidden` [N, d] (final hidden states, rows aligned with `labels` [N]), `weight` [V, d] (the LM head).
+    Differentiable w.r.t. `hidden` and `weight`; same values and gradients as `token_loss` on the full logits.
+    """
+    check_floating("hidden", hidden, 2)
+    check_floating("weight", weight, 2)
+    if hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden has width {hidden.shape[1]} but weight is {tuple(weight.shape)}; weight must be [vocab_size, "
+            f"{hidden.shape[1]}] (the LM head's weight, not its transpose)."
+        )
+    if hidden.dtype != weight.dtype or hidden.device != weight.device:
+        raise ValueError(
+            f"hidden ({hidden.dtype}, {hidden.device}) and weight ({weight.dtype}, {weight.device}) must share "
+            "dtype and device."
+        )
+    check_labels(labels, hidden.shape[0], weight.shape[0], hidden.device)
+    plan = _plan(name, params, weight.shape[0], hidden, chunk_size, return_stats)
+    loss = _FusedLinear.apply(hidden, weight, labels.long(), plan)
+    return _finish(loss, plan, return_stats)
