@@ -1,0 +1,242 @@
+"""Hand-written float64 oracles for the per-token losses of trl_ext.losses.
+
+Written from the API spec only (not from the implementation). Every function works row-wise on
+float64 tensors with explicit formulas: no autograd is used for the closed-form gradients.
+
+Notation (per valid row): z = logits, y = label, p = softmax(z), l = -log p_y, H = -sum p log p.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+IGNORE = -100
+SIGMOID_SLOPE = 0.01  # GEM logsigmoid slope, hard-coded by the spec
+
+DEFAULTS: dict[str, dict] = {
+    "ce": {},
+    "gem_linear": {"beta": 0.7},
+    "gem_ls": {"beta": 0.7},
+    "emo": {"weighting": "emo1"},
+    "ce_entropy": {"entropy_coef": 0.1},
+    "tailr": {"gamma": 0.5},
+    "mixce": {"gamma": 0.5},
+}
+
+
+@dataclass
+class Oracle:
+    value: torch.Tensor  # [N] float64, 0 at ignored rows
+    grad: torch.Tensor  # [N, V] float64, d value_n / d z_n (closed form), 0 rows at ignored rows
+    ce: torch.Tensor  # [N]
+    entropy: torch.Tensor  # [N]
+    top1_correct: torch.Tensor  # [N] 0/1
+    demd: torch.Tensor | None  # [N] (emo only)
+    # extra pieces (emo): cosine similarities s [N, V], e [N]
+    s: torch.Tensor | None = None
+    e: torch.Tensor | None = None
+    p: torch.Tensor | None = None
+    valid: torch.Tensor | None = None
+
+
+def normalise_rows(emb: torch.Tensor) -> torch.Tensor:
+    """Row-wise L2 normalisation, an all-zero row maps to the zero vector (float64)."""
+    emb = emb.detach().double()
+    norm = torch.sqrt((emb * emb).sum(dim=1, keepdim=True))
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    return torch.where(norm > 0, emb / safe, torch.zeros_like(emb))
+
+
+def _softmax_stats(z: torch.Tensor):
+    m = z.max(dim=1, keepdim=True).values
+    lse = m.squeeze(1) + torch.log(torch.exp(z - m).sum(dim=1))
+    logp = z - lse[:, None]
+    p = torch.exp(logp)
+    return lse, logp, p
+
+
+def oracle(name: str, logits: torch.Tensor, labels: torch.Tensor, **params) -> Oracle:
+    """Per-token value, closed-form gradient w.r.t. logits and stats, in float64."""
+    cfg = dict(DEFAULTS[name])
+    cfg.update(params)
+    z = logits.detach().double().cpu()
+    n_rows, vocab = z.shape
+    y = labels.detach().long().cpu()
+    valid = y != IGNORE
+    ys = torch.where(valid, y, torch.zeros_like(y))
+    onehot = torch.zeros(n_rows, vocab, dtype=torch.float64)
+    onehot[torch.arange(n_rows), ys] = 1.0
+
+    lse, logp, p = _softmax_stats(z)
+    zy = z[torch.arange(n_rows), ys]
+    ell = lse - zy
+    py = p[torch.arange(n_rows), ys]
+    ent = -(p * logp).sum(dim=1)
+    top1 = (z.argmax(dim=1) == ys).double()
+
+    demd = None
+    s_out = e_out = None
+    if name == "ce":
+        value = ell.clone()
+        grad = p - onehot
+    elif name == "gem_linear":
+        beta = float(cfg["beta"])
+        _, _, q = _softmax_stats(z / beta)
+        value = (q * z).sum(dim=1) - zy
+        grad = q - onehot
+    elif name == "gem_ls":
+        beta = float(cfg["beta"])
+        _, _, q = _softmax_stats(z / beta)
+        w = 1.0 / (1.0 + torch.exp(-SIGMOID_SLOPE * (z - zy[:, None])))
+        r = q * w
+        big_r = r.sum(dim=1)
+        value = (r * (z - zy[:, None])).sum(dim=1)
+        grad = r - big_r[:, None] * onehot
+    elif name == "emo":
+        emb_hat = normalise_rows(cfg["cost_embedding"]).cpu()
+        s = emb_hat[ys] @ emb_hat.T  # s[n, i] = e_hat_i . e_hat_{y_n}
+        c = 1.0 - s
+        demd = 1.0 - (p * s).sum(dim=1)
+        s_y = s[torch.arange(n_rows), ys]
+        e = demd + py * s_y
+        d_demd = p * (c - demd[:, None])
+        if cfg["weighting"] == "emo1":
+            ratio = ell / (e + 1e-10)
+            value = 0.5 * (ell + ratio * e)
+            grad = 0.5 * (p - onehot) + 0.5 * ratio[:, None] * d_demd
+        elif cfg["weighting"] == "emo2":
+            a = e / (ell + 1e-10)
+            value = a * ell + e
+            grad = a[:, None] * (p - onehot) + d_demd
+        else:
+            raise KeyError(cfg["weighting"])
+        s_out, e_out = s, e
+    elif name == "ce_entropy":
+        coef = float(cfg["entropy_coef"])
+        value = ell - coef * ent
+        grad = (p - onehot) + coef * p * (logp + ent[:, None])
+    elif name == "tailr":
+        gamma = float(cfg["gamma"])
+        if gamma == 0.0:
+            w = torch.ones_like(py)
+        else:
+            w = py / (gamma + (1.0 - gamma) * py)
+        value = w * ell
+        grad = w[:, None] * (p - onehot)
+    elif name == "mixce":
+        gamma = float(cfg["gamma"])
+        w = gamma + (1.0 - gamma) * py
+        value = w * ell
+        grad = w[:, None] * (p - onehot)
+    else:
+        raise KeyError(name)
+
+    vm = valid.double()
+    return Oracle(
+        value=value * vm,
+        grad=grad * vm[:, None],
+        ce=ell * vm,
+        entropy=ent * vm,
+        top1_correct=top1 * vm,
+        demd=None if demd is None else demd * vm,
+        s=s_out,
+        e=None if e_out is None else e_out * vm,
+        p=p,
+        valid=valid,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Differentiable surrogates whose TRUE derivative equals the spec'd gradient (used for gradcheck).
+# ---------------------------------------------------------------------------------------------
+
+
+def _ce_diff(z: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    lse = torch.logsumexp(z, dim=1)
+    return lse - z.gather(1, ys[:, None]).squeeze(1)
+
+
+def surrogate(name: str, z: torch.Tensor, labels: torch.Tensor, frozen: Oracle | None = None, **params):
+    """A differentiable function S(z) [N] with dS_n/dz_n == the spec'd gradient of loss `name`.
+
+    ce / ce_entropy: the loss itself. gem_linear: beta*lse(z/beta) - z_y. tailr / mixce: a potential
+    F(l) with F'(l) = w(exp(-l)). gem_ls / emo: the spec'd weights are frozen at the point where
+    `frozen` (the oracle) was computed, and the remaining pieces (z_i - z_y, l, DEMD) are differentiated
+    numerically by gradcheck, which independently checks the DEMD gradient formula.
+    """
+    cfg = dict(DEFAULTS[name])
+    cfg.update(params)
+    y = labels.long()
+    valid = y != IGNORE
+    ys = torch.where(valid, y, torch.zeros_like(y))
+    vm = valid.to(z.dtype)
+    ell = _ce_diff(z, ys)
+    if name == "ce":
+        out = ell
+    elif name == "ce_entropy":
+        logp = torch.log_softmax(z, dim=1)
+        ent = -(logp.exp() * logp).sum(dim=1)
+        out = ell - float(cfg["entropy_coef"]) * ent
+    elif name == "gem_linear":
+        beta = float(cfg["beta"])
+        out = beta * torch.logsumexp(z / beta, dim=1) - z.gather(1, ys[:, None]).squeeze(1)
+    elif name == "mixce":
+        gamma = float(cfg["gamma"])
+        out = gamma * ell + (1.0 - gamma) * (1.0 - torch.exp(-ell))
+    elif name == "tailr":
+        gamma = float(cfg["gamma"])
+        if gamma == 1.0:
+            out = -torch.exp(-ell)
+        else:
+            out = -torch.log(gamma + (1.0 - gamma) * torch.exp(-ell)) / (1.0 - gamma)
+    elif name == "emo":
+        assert frozen is not None
+        p = torch.softmax(z, dim=1)
+        s = frozen.s.to(z.dtype)
+        demd = 1.0 - (p * s).sum(dim=1)
+        ell0 = frozen.ce
+        e0 = frozen.e
+        if cfg["weighting"] == "emo1":
+            a0 = 0.5 * torch.ones_like(ell0)
+            b0 = 0.5 * ell0 / (e0 + 1e-10)
+        else:
+            a0 = e0 / (ell0 + 1e-10)
+            b0 = torch.ones_like(ell0)
+        out = a0 * ell + b0 * demd
+    else:
+        raise KeyError(name)
+    return out * vm
+
+
+def gem_ls_frozen_r(z0: torch.Tensor, labels: torch.Tensor, beta: float) -> torch.Tensor:
+    """r_i = q_i * sigmoid(0.01 (z_i - z_y)) at z0 (float64, detached)."""
+    z0 = z0.detach().double()
+    y = labels.long()
+    ys = torch.where(y != IGNORE, y, torch.zeros_like(y))
+    _, _, q = _softmax_stats(z0 / beta)
+    zy = z0.gather(1, ys[:, None])
+    w = 1.0 / (1.0 + torch.exp(-SIGMOID_SLOPE * (z0 - zy)))
+    return q * w
+
+
+def make_surrogate(name: str, z0: torch.Tensor, labels: torch.Tensor, **params):
+    """Return S(z) with frozen coefficients (where needed) taken at z0."""
+    cfg = dict(DEFAULTS[name])
+    cfg.update(params)
+    frozen = None
+    if name == "emo":
+        frozen = oracle(name, z0, labels, **params)
+    if name == "gem_ls":
+        r0 = gem_ls_frozen_r(z0, labels, float(cfg["beta"]))
+
+        def fn(z):
+            y = labels.long()
+            valid = y != IGNORE
+            ys = torch.where(valid, y, torch.zeros_like(y))
+            zy = z.gather(1, ys[:, None])
+            return (r0.to(z.dtype) * (z - zy)).sum(dim=1) * valid.to(z.dtype)
+
+        return fn
+    return lambda z: surrogate(name, z, labels, frozen=frozen, **params)
