@@ -14,7 +14,9 @@ one chunk of vocabulary-sized temporaries exists at a time.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,12 +110,24 @@ def _plan(
     return _Plan(name, resolved, cdtype, chunk_size, want_stats, cost_hat)
 
 
+def _fp32_math(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run `fn` with autocast off: under mixed precision the chunk matmuls would otherwise drop to bf16/fp16."""
+
+    @functools.wraps(fn)
+    def wrapper(ctx: Any, first: Tensor, *args: Any) -> Any:
+        with torch.autocast(first.device.type, enabled=False):
+            return fn(ctx, first, *args)
+
+    return wrapper
+
+
 def _valid_rows(labels: Tensor) -> Tensor:
     return (labels != IGNORE_INDEX).nonzero().view(-1)
 
 
 class _ChunkedFromLogits(torch.autograd.Function):
     @staticmethod
+    @_fp32_math
     def forward(ctx: Any, logits: Tensor, labels: Tensor, plan: _Plan) -> Tensor:
         valid = _valid_rows(labels)
         loss = torch.zeros(logits.shape[0], dtype=plan.cdtype, device=logits.device)
@@ -131,6 +145,7 @@ class _ChunkedFromLogits(torch.autograd.Function):
         return loss
 
     @staticmethod
+    @_fp32_math
     def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, None, None]:
         logits, labels, valid = ctx.saved_tensors
         plan: _Plan = ctx.plan
@@ -149,6 +164,7 @@ class _ChunkedFromLogits(torch.autograd.Function):
 
 class _FusedLinear(torch.autograd.Function):
     @staticmethod
+    @_fp32_math
     def forward(ctx: Any, hidden: Tensor, weight: Tensor, labels: Tensor, plan: _Plan) -> Tensor:
         # Inside forward grad mode is off and needs_input_grad ignores an outer no_grad(): ask the plan.
         need_hidden = plan.grad_enabled and ctx.needs_input_grad[0]
@@ -187,6 +203,7 @@ class _FusedLinear(torch.autograd.Function):
         return loss
 
     @staticmethod
+    @_fp32_math
     def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
         hidden, weight, labels, valid = ctx.saved_tensors
         plan: _Plan = ctx.plan

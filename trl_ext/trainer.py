@@ -1,0 +1,130 @@
+"""`DistMatchSFTTrainer`: TRL's `SFTTrainer` training with EMO / GEM / the baselines (TRL 1.9 - 1.16).
+
+Only `compute_loss` changes, and only when `args.loss` names a distmatch loss: the model's patched forward
+(`model_forward.py`) returns per-token losses computed from the hidden states, and this class reduces them by
+TRL's contract (sum / `num_items_in_batch`, or the local token count; x processes under
+`average_tokens_across_devices`), then logs CE, entropy, token accuracy (and DEMD for EMO) next to the objective.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from trl import SFTTrainer
+
+from .config import DistMatchSFTConfig
+from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
+from .options import loss_params
+
+_STAT_KEYS = (("ce", "ce"), ("entropy", "entropy"), ("mean_token_accuracy", "top1_correct"), ("demd", "demd"))
+
+
+def _unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) and hasattr(model, "peft_config") else model
+
+
+class DistMatchSFTTrainer(SFTTrainer):
+    """`SFTTrainer` whose objective is `args.loss` (see `DistMatchSFTConfig`)."""
+
+    def __init__(
+        self, model: Any, args: DistMatchSFTConfig | None = None, *pargs: Any, **kwargs: Any
+    ) -> None:
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = DistMatchSFTConfig(f"{name.split('/')[-1]}-SFT")
+        super().__init__(model, args, *pargs, **kwargs)
+        self.distmatch_request: LossRequest | None = None
+        loss = getattr(args, "distmatch_loss", None)
+        if loss is None:
+            return
+        self._reject_incompatible(loss)
+        target = _unwrap_peft(self.model)
+        install_loss_forward(target)
+        cost_embedding, live = (None, False)
+        if loss == "emo":
+            cost_embedding, live = resolve_cost_embedding(target, args.emo_cost_embedding)
+        self.distmatch_request = LossRequest(
+            name=loss,
+            params=loss_params(loss, args.loss_options()),
+            cost_embedding=cost_embedding,
+            live_cost=live,
+        )
+
+    def _reject_incompatible(self, loss: str) -> None:
+        args = self.args
+        problems = []
+        if self.compute_loss_func is not None:
+            problems.append("a `compute_loss_func` (remove it; the loss is `loss`)")
+        if getattr(args, "label_smoothing_factor", 0) > 0:
+            problems.append("`label_smoothing_factor` > 0 (set it to 0)")
+        config = _unwrap_peft(self.model).config
+        if getattr(config.get_text_config(), "output_router_logits", False):
+            problems.append("an MoE model with `output_router_logits` (its auxiliary loss is not added yet)")
+        parallelism = getattr(self.accelerator, "parallelism_config", None)
+        if parallelism is not None and (
+            getattr(parallelism, "sp_enabled", False) or getattr(parallelism, "cp_enabled", False)
+        ):
+            problems.append("sequence / context parallelism")
+        if problems:
+            raise ValueError(f"loss={loss!r} cannot be combined with " + "; ".join(problems) + ".")
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        if self.distmatch_request is None:
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+        mode = "train" if self.model.training else "eval"
+        inputs.pop("_prediction_loss_only", None)  # TRL 1.9's prediction_step marker
+        inputs["use_cache"] = False
+        outputs = model(**inputs, distmatch_loss=self.distmatch_request)
+
+        mask = outputs.label_mask
+        denominator = mask.sum() if num_items_in_batch is None else num_items_in_batch
+        # Clamped: a micro-batch without trainable tokens gives a finite, still differentiable 0.
+        loss = outputs.per_token_loss.sum() / torch.as_tensor(denominator, device=mask.device).clamp(min=1)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            # num_items_in_batch counts every rank's tokens and DDP averages gradients across ranks.
+            loss = loss * (self.accelerator.num_processes // getattr(self, "_tp_size", 1))
+
+        self._log_token_stats(mode, outputs)
+        if mode == "train":
+            self._count_tokens(inputs)
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+
+        if return_outputs:  # callers asking for logits (compute_metrics) get the model's own forward
+            with torch.no_grad():
+                logits_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
+                outputs = model(**logits_inputs)
+            return loss, outputs
+        return loss
+
+    def _log_token_stats(self, mode: str, outputs: Any) -> None:
+        stats = outputs.stats
+        present = [
+            (key, getattr(stats, field)) for key, field in _STAT_KEYS if getattr(stats, field) is not None
+        ]
+        sums = torch.stack(
+            [outputs.label_mask.sum().float()] + [t.detach().float().sum() for _, t in present]
+        )
+        sums = self.accelerator.gather_for_metrics(sums.unsqueeze(0)).sum(0)
+        count = sums[0].item()
+        for (key, _), total in zip(present, sums[1:].tolist()):
+            self._metrics[mode][key].append(total / count if count > 0 else 0.0)
+
+    def _count_tokens(self, inputs: dict[str, Any]) -> None:
+        if "attention_mask" in inputs:
+            local = inputs["attention_mask"].sum()
+        elif "position_ids" in inputs:  # padding-free: one flattened row
+            local = torch.tensor(inputs["position_ids"].size(1), device=inputs["position_ids"].device)
+        else:
+            local = torch.tensor(inputs["input_ids"].numel(), device=inputs["input_ids"].device)
+        total = self.accelerator.gather_for_metrics(local.reshape(1)).sum().item()
+        self._total_train_tokens += total // getattr(self, "_tp_size", 1)
