@@ -25,7 +25,68 @@ def _unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
     return get_base_model() if callable(get_base_model) and hasattr(model, "peft_config") else model
 
 
-class DistMatchSFTTrainer(SFTTrainer):
+class DistMatchLossMixin:
+    """Framework-neutral part of a trainer that trains with a distmatch loss (used by TRL and Axolotl trainers).
+
+    The host class is a `transformers.Trainer`; it calls `setup_distmatch_loss` after its own `__init__` and
+    routes `compute_loss` to `distmatch_compute_loss` when `distmatch_request` is set, and implements
+    `record_metric` to store a logged value the way its framework logs metrics.
+    """
+
+    distmatch_request: LossRequest | None = None
+
+    def setup_distmatch_loss(self, loss: str, options: dict[str, Any]) -> None:
+        """Patch the (PEFT-unwrapped) model's forward and resolve EMO's cost embedding, once, on every rank."""
+        params = loss_params(loss, options)  # validates before any model work
+        target = _unwrap_peft(self.model)
+        install_loss_forward(target)
+        cost_embedding, live = (None, False)
+        if loss == "emo":
+            cost_embedding, live = resolve_cost_embedding(target, options["emo_cost_embedding"])
+        self.distmatch_request = LossRequest(
+            name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
+        )
+
+    def record_metric(self, mode: str, key: str, value: float) -> None:
+        raise NotImplementedError
+
+    def distmatch_compute_loss(
+        self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool, num_items_in_batch: Any
+    ) -> Any:
+        """TRL's reduction contract: sum / num_items_in_batch (or the local count), x processes when averaging."""
+        mode = "train" if self.model.training else "eval"
+        inputs["use_cache"] = False
+        outputs = model(**inputs, distmatch_loss=self.distmatch_request)
+        mask = outputs.label_mask
+        denominator = mask.sum() if num_items_in_batch is None else num_items_in_batch
+        # Clamped: a micro-batch without trainable tokens gives a finite, still differentiable 0.
+        loss = outputs.per_token_loss.sum() / torch.as_tensor(denominator, device=mask.device).clamp(min=1)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            # num_items_in_batch counts every rank's tokens and DDP averages gradients across ranks.
+            loss = loss * (self.accelerator.num_processes // getattr(self, "_tp_size", 1))
+        self._log_token_stats(mode, outputs)
+        if return_outputs:  # callers asking for logits (compute_metrics) get the model's own forward
+            with torch.no_grad():
+                logits_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
+                outputs = model(**logits_inputs)
+            return loss, outputs
+        return loss
+
+    def _log_token_stats(self, mode: str, outputs: Any) -> None:
+        stats = outputs.stats
+        present = [
+            (key, getattr(stats, field)) for key, field in _STAT_KEYS if getattr(stats, field) is not None
+        ]
+        sums = torch.stack(
+            [outputs.label_mask.sum().float()] + [t.detach().float().sum() for _, t in present]
+        )
+        sums = self.accelerator.gather_for_metrics(sums.unsqueeze(0)).sum(0)
+        count = sums[0].item()
+        for (key, _), total in zip(present, sums[1:].tolist()):
+            self.record_metric(mode, key, total / count if count > 0 else 0.0)
+
+
+class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
     """`SFTTrainer` whose objective is `args.loss` (see `DistMatchSFTConfig`)."""
 
     def __init__(
@@ -35,22 +96,10 @@ class DistMatchSFTTrainer(SFTTrainer):
             name = model if isinstance(model, str) else model.config._name_or_path
             args = DistMatchSFTConfig(f"{name.split('/')[-1]}-SFT")
         super().__init__(model, args, *pargs, **kwargs)
-        self.distmatch_request: LossRequest | None = None
         loss = getattr(args, "distmatch_loss", None)
-        if loss is None:
-            return
-        self._reject_incompatible(loss)
-        target = _unwrap_peft(self.model)
-        install_loss_forward(target)
-        cost_embedding, live = (None, False)
-        if loss == "emo":
-            cost_embedding, live = resolve_cost_embedding(target, args.emo_cost_embedding)
-        self.distmatch_request = LossRequest(
-            name=loss,
-            params=loss_params(loss, args.loss_options()),
-            cost_embedding=cost_embedding,
-            live_cost=live,
-        )
+        if loss is not None:
+            self._reject_incompatible(loss)
+            self.setup_distmatch_loss(loss, args.loss_options())
 
     def _reject_incompatible(self, loss: str) -> None:
         args = self.args
@@ -70,6 +119,9 @@ class DistMatchSFTTrainer(SFTTrainer):
         if problems:
             raise ValueError(f"loss={loss!r} cannot be combined with " + "; ".join(problems) + ".")
 
+    def record_metric(self, mode: str, key: str, value: float) -> None:
+        self._metrics[mode][key].append(value)
+
     def compute_loss(
         self,
         model: torch.nn.Module,
@@ -81,48 +133,19 @@ class DistMatchSFTTrainer(SFTTrainer):
             return super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
-        mode = "train" if self.model.training else "eval"
         inputs.pop("_prediction_loss_only", None)  # TRL 1.9's prediction_step marker
-        inputs["use_cache"] = False
-        outputs = model(**inputs, distmatch_loss=self.distmatch_request)
-
-        mask = outputs.label_mask
-        denominator = mask.sum() if num_items_in_batch is None else num_items_in_batch
-        # Clamped: a micro-batch without trainable tokens gives a finite, still differentiable 0.
-        loss = outputs.per_token_loss.sum() / torch.as_tensor(denominator, device=mask.device).clamp(min=1)
-        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
-            # num_items_in_batch counts every rank's tokens and DDP averages gradients across ranks.
-            loss = loss * (self.accelerator.num_processes // getattr(self, "_tp_size", 1))
-
-        self._log_token_stats(mode, outputs)
+        result = self.distmatch_compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        mode = "train" if self.model.training else "eval"
         if mode == "train":
             self._count_tokens(inputs)
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
-
-        if return_outputs:  # callers asking for logits (compute_metrics) get the model's own forward
-            with torch.no_grad():
-                logits_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
-                outputs = model(**logits_inputs)
-            return loss, outputs
-        return loss
-
-    def _log_token_stats(self, mode: str, outputs: Any) -> None:
-        stats = outputs.stats
-        present = [
-            (key, getattr(stats, field)) for key, field in _STAT_KEYS if getattr(stats, field) is not None
-        ]
-        sums = torch.stack(
-            [outputs.label_mask.sum().float()] + [t.detach().float().sum() for _, t in present]
-        )
-        sums = self.accelerator.gather_for_metrics(sums.unsqueeze(0)).sum(0)
-        count = sums[0].item()
-        for (key, _), total in zip(present, sums[1:].tolist()):
-            self._metrics[mode][key].append(total / count if count > 0 else 0.0)
+        return result
 
     def _count_tokens(self, inputs: dict[str, Any]) -> None:
+        """TRL's `num_tokens` metric: attention-mask tokens, or the packed row length when padding-free."""
         if "attention_mask" in inputs:
             local = inputs["attention_mask"].sum()
-        elif "position_ids" in inputs:  # padding-free: one flattened row
+        elif "position_ids" in inputs:
             local = torch.tensor(inputs["position_ids"].size(1), device=inputs["position_ids"].device)
         else:
             local = torch.tensor(inputs["input_ids"].numel(), device=inputs["input_ids"].device)
