@@ -9,11 +9,15 @@ from trl import SFTConfig
 
 from .options import DISTMATCH_LOSSES, EMO_COST_EMBEDDINGS, LOSS_OPTIONS, OPTION_DEFAULTS, loss_params
 
+# TRL 1.7 - 1.14 declare `loss_type: str | None = None` without `choices` (the values are only in the help text).
+_TRL_LOSS_TYPES_WITHOUT_CHOICES = ("nll", "dft", "chunked_nll")
+
 
 def trl_loss_types() -> tuple[str, ...]:
     """The values the installed TRL accepts for `loss_type` (e.g. nll, dft, chunked_nll)."""
     spec = {f.name: f for f in dataclasses.fields(SFTConfig)}["loss_type"]
-    return tuple(spec.metadata.get("choices") or (spec.default,))
+    choices = spec.metadata.get("choices") or _TRL_LOSS_TYPES_WITHOUT_CHOICES
+    return tuple(c for c in choices if isinstance(c, str))
 
 
 LOSS_CHOICES: tuple[str, ...] = trl_loss_types() + tuple(
@@ -68,6 +72,9 @@ class DistMatchSFTConfig(SFTConfig):
         if self.loss in trl_loss_types():
             self.loss_type = self.loss
             return
+        # TRL computes no loss of its own: plain "nll" keeps TRL < 1.15 from patching its chunked-NLL head (which
+        # also rejects PEFT on lm_head).
+        self.loss_type = "nll"
         loss_params(
             self.loss, self.loss_options()
         )  # validate the hyper-parameters now, not at the first step

@@ -8,6 +8,7 @@ TRL's contract (sum / `num_items_in_batch`, or the local token count; x processe
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -86,6 +87,27 @@ class DistMatchLossMixin:
             self.record_metric(mode, key, total / count if count > 0 else 0.0)
 
 
+@contextlib.contextmanager
+def _allow_peft_lm_head(enabled: bool):
+    """TRL >= 1.15 rejects a PEFT adapter on `lm_head` because its fused NLL reads `lm_head.weight`; a distmatch
+    loss computes such a model through the logits path (the adapter runs), so the guard does not apply."""
+    import trl.trainer.sft_trainer as sft_module
+
+    saved = getattr(sft_module, "BaseTunerLayer", None)
+    if not enabled or saved is None:
+        yield
+        return
+
+    class _NoTunerLayer:  # isinstance(head, _NoTunerLayer) is always False
+        pass
+
+    sft_module.BaseTunerLayer = _NoTunerLayer
+    try:
+        yield
+    finally:
+        sft_module.BaseTunerLayer = saved
+
+
 class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
     """`SFTTrainer` whose objective is `args.loss` (see `DistMatchSFTConfig`)."""
 
@@ -95,8 +117,9 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = DistMatchSFTConfig(f"{name.split('/')[-1]}-SFT")
-        super().__init__(model, args, *pargs, **kwargs)
         loss = getattr(args, "distmatch_loss", None)
+        with _allow_peft_lm_head(loss is not None):
+            super().__init__(model, args, *pargs, **kwargs)
         if loss is not None:
             self._reject_incompatible(loss)
             self.setup_distmatch_loss(loss, args.loss_options())
@@ -133,8 +156,12 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
             return super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
-        inputs.pop("_prediction_loss_only", None)  # TRL 1.9's prediction_step marker
-        result = self.distmatch_compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        # TRL < 1.15's prediction_step marker: transformers <= 5.16 always asks for outputs during evaluation;
+        # when only the loss is needed, skip the extra full-logits forward.
+        if inputs.pop("_prediction_loss_only", None):
+            result = (self.distmatch_compute_loss(model, inputs, False, num_items_in_batch), {})
+        else:
+            result = self.distmatch_compute_loss(model, inputs, return_outputs, num_items_in_batch)
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             self._count_tokens(inputs)
