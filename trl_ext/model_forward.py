@@ -194,6 +194,11 @@ def frozen_head_copy(model: nn.Module) -> Tensor:
 def resolve_cost_embedding(model: nn.Module, option: str) -> tuple[Tensor | None, bool]:
     """EMO's cost embedding from the `emo_cost_embedding` option: (tensor, live?)."""
     if option == "live":
+        if _is_deepspeed_zero3(model.get_output_embeddings().weight):
+            raise ValueError(
+                "emo_cost_embedding='live' reads the LM head outside its forward, where DeepSpeed ZeRO-3 keeps it "
+                "partitioned; use emo_cost_embedding='frozen' (the paper's choice) or ZeRO-2."
+            )
         return None, True
     if option == "frozen":
         return frozen_head_copy(model), False

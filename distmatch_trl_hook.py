@@ -1,0 +1,218 @@
+"""Activation hook that makes the literal `trl sft --loss emo ...` train with distmatch.
+
+The distmatch wheel installs `distmatch_trl_hook.pth` at the root of site-packages; Python runs its single line,
+`import distmatch_trl_hook`, at every interpreter start. So this module is cheap and inert: it imports nothing
+beyond `os`/`sys`, looks only at `sys.argv` (and, for `--config file.yaml`, at that file), and never raises.
+
+It activates only when both hold:
+
+1. the process is TRL's SFT command, either the `trl` console script with the subcommand `sft` (`trl sft ...`)
+   or TRL's SFT script as started by `accelerate launch` (`python .../trl/scripts/sft.py ...`, the process that
+   trains);
+2. a distmatch option is used: a flag `--loss`, `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`,
+   `--mixce_gamma` (also spelled with dashes, or as `--flag=value`), or a top-level key of those names in the
+   `--config` YAML.
+
+Then it puts a `sys.meta_path` finder first that waits for the `trl` package to be imported and, right after,
+sets `trl.SFTConfig = trl_ext.config.DistMatchSFTConfig` and `trl.SFTTrainer = trl_ext.trainer.DistMatchSFTTrainer`
+(both imported at that moment). TRL's CLI builds its parser from `trl.SFTConfig` and its SFT script trains with
+`trl.SFTTrainer`, both looked up when used, so the distmatch options are parsed, validated and trained with.
+
+`DISTMATCH_TRL_HOOK=0` (or false/no/off) disables it; `DISTMATCH_DEBUG=1` prints its decisions to stderr.
+The hook-free route is the `distmatch-trl sft ...` console script.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: Our `SFTConfig` fields. Kept in sync with `trl_ext.config` / `trl_ext.options.LOSS_OPTIONS` by the tests
+#: (this module must not import them: they import torch).
+OPTION_NAMES = (
+    "loss",
+    "gem_beta",
+    "emo_cost_embedding",
+    "emo_weighting",
+    "ce_entropy_coef",
+    "tailr_gamma",
+    "mixce_gamma",
+)
+#: Any option starting with one of these also counts (future EMO options).
+OPTION_PREFIXES = ("emo_",)
+
+ENV_SWITCH = "DISTMATCH_TRL_HOOK"
+ENV_DEBUG = "DISTMATCH_DEBUG"
+_OFF_VALUES = ("0", "false", "no", "off")
+
+_finder = None  # the installed finder, if any
+_TOP_LEVEL_KEY = r"""^(["']?)([A-Za-z_][\w-]*)\1\s*:(\s|$)"""  # a block mapping's unindented `key:`
+
+
+def _debug(message: str) -> None:
+    if os.environ.get(ENV_DEBUG, "").strip().lower() not in ("", *_OFF_VALUES):
+        print(f"distmatch_trl_hook[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+def _is_our_key(name: str) -> bool:
+    name = name.replace("-", "_")
+    return name in OPTION_NAMES or name.startswith(OPTION_PREFIXES)
+
+
+def sft_arguments(argv: list[str]) -> list[str] | None:
+    """The arguments of TRL's SFT command if `argv` (a `sys.argv`) is `trl sft ...` or TRL's SFT script."""
+    if not argv:
+        return None
+    program = argv[0].replace("\\", "/")
+    name = program.rsplit("/", 1)[-1].lower()
+    for suffix in (".exe", "-script.py"):
+        name = name.removesuffix(suffix)
+    # The `trl` console script: its own parser has only -h, so the subcommand comes first.
+    if name == "trl" and len(argv) > 1 and argv[1] == "sft":
+        return argv[2:]
+    if program.endswith("/trl/scripts/sft.py") or program == "trl/scripts/sft.py":  # under accelerate launch
+        return argv[1:]
+    return None
+
+
+def _config_keys(path: str) -> list[str]:
+    """Top-level keys of a YAML mapping (the keys TRL's `--config` turns into option defaults)."""
+    with open(path, encoding="utf-8") as stream:
+        text = stream.read()
+    try:
+        import yaml  # TRL needs PyYAML; it may sit in a site directory not on sys.path yet at interpreter start
+    except ImportError:
+        import re  # block-style mappings (what TRL configs are) without a YAML parser
+
+        return [m.group(2) for m in map(re.compile(_TOP_LEVEL_KEY).match, text.splitlines()) if m]
+    config = yaml.safe_load(text)
+    return [str(key) for key in config] if isinstance(config, dict) else []
+
+
+def distmatch_options(args: list[str]) -> list[str]:
+    """The distmatch options used in `args` (flags, and top-level keys of a `--config` YAML, as TRL reads it)."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg.startswith("--") and _is_our_key(arg[2:].split("=", 1)[0]):
+            found.append(arg.split("=", 1)[0])
+        elif arg == "--config" and i + 1 < len(args):  # TRL reads exactly `--config PATH`
+            try:
+                found += [
+                    f"{key} (in {args[i + 1]})" for key in _config_keys(args[i + 1]) if _is_our_key(key)
+                ]
+            except Exception as err:  # TRL reports an unreadable config itself
+                _debug(f"could not read --config {args[i + 1]!r}: {err!r}")
+    return found
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in _OFF_VALUES
+
+
+def should_activate(argv: list[str]) -> list[str]:
+    """Why the hook should act for this `sys.argv` (the options found), or an empty list."""
+    args = sft_arguments(argv)
+    return [] if args is None else distmatch_options(args)
+
+
+def patch_trl() -> None:
+    """Point `trl.SFTConfig` / `trl.SFTTrainer` at the distmatch classes (called once `trl` is imported)."""
+    trl = sys.modules["trl"]
+    # Imported first: these modules subclass the original `trl.SFTConfig` / `trl.SFTTrainer`.
+    from trl_ext.config import DistMatchSFTConfig
+    from trl_ext.trainer import DistMatchSFTTrainer
+
+    trl.SFTConfig = DistMatchSFTConfig
+    trl.SFTTrainer = DistMatchSFTTrainer
+    _debug("trl.SFTConfig -> DistMatchSFTConfig, trl.SFTTrainer -> DistMatchSFTTrainer")
+
+
+class _PatchAfterExec:
+    """Loader wrapper: runs the real loader for `trl`, puts the real loader back, then patches."""
+
+    def __init__(self, loader: object) -> None:
+        self._loader = loader
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: object) -> object:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: object) -> None:
+        uninstall()
+        try:
+            self._loader.exec_module(module)
+        finally:  # `trl` looks as if imported normally (importlib.resources etc. use its loader)
+            if getattr(module, "__spec__", None) is not None:
+                module.__spec__.loader = self._loader
+            module.__loader__ = self._loader
+        try:
+            patch_trl()
+        except Exception as err:  # loud: the user asked for a distmatch option that will now be refused
+            print(
+                f"distmatch: could not enable the distmatch options of `trl sft` ({type(err).__name__}: {err}); "
+                "TRL runs unchanged. `distmatch-trl sft ...` gives the same options without this hook.",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+class TrlImportFinder:
+    """`sys.meta_path` finder acting once, on the first import of the top-level `trl` package."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
+        if fullname != "trl" or self.done:
+            return None
+        self.done = True  # also stops the recursion through find_spec below
+        try:
+            from importlib.util import find_spec
+
+            spec = find_spec("trl")  # what the other finders give
+        except Exception as err:  # leave `import trl` to the other finders
+            _debug(f"not patching trl: {err!r}")
+            return None
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _PatchAfterExec(spec.loader)
+        return spec
+
+
+def install() -> None:
+    global _finder
+    if _finder is None:
+        _finder = TrlImportFinder()
+        sys.meta_path.insert(0, _finder)  # before the path finder, which would find `trl` first
+
+
+def uninstall() -> None:
+    """Take the finder out of `sys.meta_path` (never while an import iterates over it)."""
+    global _finder
+    if _finder is not None:
+        if _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        _finder = None
+
+
+def _activate() -> None:
+    if not enabled():
+        return
+    reasons = should_activate(sys.argv)
+    if not reasons:
+        return
+    if "trl" in sys.modules:  # too late for the finder (not the case at interpreter start)
+        patch_trl()
+        return
+    _debug(f"active in {sys.argv[0]} (options: {', '.join(reasons)})")
+    install()
+
+
+try:
+    _activate()
+except Exception as _err:  # never break interpreter start
+    _debug(f"disabled by an error: {_err!r}")

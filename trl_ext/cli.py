@@ -1,0 +1,111 @@
+"""`distmatch-trl sft ...`: TRL's `trl sft` with the distmatch loss options, no activation hook needed.
+
+Same flags, `--config file.yaml` and launch behaviour as `trl sft` (TRL 1.9 - 1.16): the arguments are parsed by
+TRL's `TrlParser` over `(ScriptArguments, DistMatchSFTConfig, ModelConfig, DatasetMixtureConfig)`; whatever it does
+not know (flags and YAML keys) goes to `accelerate launch`, which runs our training script
+(`trl_ext/scripts/distmatch_sft.py`) in one process or several. That script parses again and trains through TRL's
+own `trl.scripts.sft.main` with `DistMatchSFTTrainer` in place of `SFTTrainer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+#: The file `accelerate launch` runs (a file, not `-m`, so every accelerate launcher accepts it).
+SFT_SCRIPT = Path(__file__).resolve().parent / "scripts" / "distmatch_sft.py"
+
+
+def make_sft_parser(prog: str | None = None) -> Any:
+    """TRL's SFT parser with `DistMatchSFTConfig` in place of `SFTConfig`."""
+    from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser
+
+    from .config import DistMatchSFTConfig
+
+    return TrlParser((ScriptArguments, DistMatchSFTConfig, ModelConfig, DatasetMixtureConfig), prog=prog)
+
+
+def train_sft(script_args: Any, training_args: Any, model_args: Any, dataset_args: Any) -> None:
+    """Run TRL's SFT script body (`trl.scripts.sft.main`) with `DistMatchSFTTrainer` as `trl.SFTTrainer`."""
+    import trl
+    from trl.scripts import sft as trl_sft
+
+    from .trainer import DistMatchSFTTrainer
+
+    previous = trl.SFTTrainer
+    trl.SFTTrainer = DistMatchSFTTrainer  # `main` imports it from `trl` when called
+    try:
+        trl_sft.main(script_args, training_args, model_args, dataset_args)
+    finally:
+        trl.SFTTrainer = previous
+
+
+def sft_worker(argv: Sequence[str] | None = None) -> None:
+    """The training process (one per rank under `accelerate launch`).
+
+    Unknown YAML keys are ignored here, as in TRL's script: they were `accelerate launch` options in the launcher.
+    """
+    parser = make_sft_parser()
+    args = parser.parse_args_and_config(None if argv is None else list(argv), fail_with_unknown_args=False)
+    train_sft(*args)
+
+
+def _remove_in_order(items: Sequence[str], removed: Sequence[str]) -> list[str]:
+    """`items` without `removed`, an ordered subsequence of it (each element matched once, left to right)."""
+    kept, position = [], 0
+    for item in items:
+        if position < len(removed) and item == removed[position]:
+            position += 1
+        else:
+            kept.append(item)
+    return kept
+
+
+def launch_sft(argv: Sequence[str], prog: str = "distmatch-trl sft") -> int:
+    """Parse like `trl sft`, then start the training script under `accelerate launch` with the rest."""
+    from accelerate.commands.launch import launch_command, launch_command_parser
+    from trl.cli.accelerate_config import resolve_accelerate_config_argument
+
+    argv = list(argv)
+    parser = make_sft_parser(prog=prog)
+    # Exits on -h / --help and on invalid values (e.g. `--loss bogus` lists the valid losses).
+    *_, config_unknown, cli_unknown = parser.parse_args_and_config(
+        argv, return_remaining_strings=True, separate_remaining_strings=True
+    )
+    launch_args = resolve_accelerate_config_argument(config_unknown + cli_unknown)
+    script_args = _remove_in_order(argv, cli_unknown)
+    launch_command(launch_command_parser().parse_args([*launch_args, str(SFT_SCRIPT), *script_args]))
+    return 0
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="distmatch-trl",
+        allow_abbrev=False,
+        description="TRL's command line with the distmatch losses (EMO, GEM, baselines), without the `trl sft` "
+        "activation hook. `distmatch-trl sft --help` lists every option.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="{sft}")
+    commands.add_parser(
+        "sft",
+        add_help=False,
+        help="like `trl sft`, plus --loss {emo,gem_linear,gem_ls,...}, --gem_beta, --emo_cost_embedding, ...",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _top_parser()
+    args, _ = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return launch_sft(argv[argv.index(args.command) + 1 :])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Training scripts started by `accelerate launch` (see `trl_ext.cli`)."""
