@@ -1,24 +1,31 @@
 """Axolotl plugin for the distmatch losses (EMO, GEM and baselines).
 
-Importing this package does not import Axolotl: ``axolotl_distmatch.DistMatchPlugin`` is resolved
-lazily, so the package (and its docs/config helpers) can be imported in environments without Axolotl.
-The plugin reuses ``trl_ext.losses`` and never re-implements loss math.
+    plugins:
+      - axolotl_distmatch.DistMatchPlugin   # Axolotl 0.19 / 0.20; auto-loaded on >= 0.21 (entry point)
+    loss: gem_ls
+    gem_beta: 0.7
+
+Importing this package does not import Axolotl: `DistMatchPlugin` and `DistMatchTrainer` are resolved lazily
+(with an error naming `distmatch[axolotl]` when Axolotl is missing), so the package can be imported anywhere.
+The plugin reuses `trl_ext` and never re-implements loss math.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from trl_ext._optional import require
 
-__all__ = ["DistMatchPlugin"]
+__all__ = ["DistMatchArgs", "DistMatchPlugin", "DistMatchTrainer"]
+
+_LAZY = {"DistMatchPlugin": "plugin", "DistMatchTrainer": "trainer", "DistMatchArgs": "args"}
+_NEEDS_AXOLOTL = {"DistMatchPlugin", "DistMatchTrainer"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "DistMatchPlugin":
-        require("axolotl", extra="axolotl", feature="The distmatch Axolotl plugin")
-        raise NotImplementedError(
-            "axolotl_distmatch.DistMatchPlugin is not implemented yet: it lands with issue 4 "
-            "(the Axolotl integration). Axolotl itself is installed."
-        )
+    if name in _LAZY:
+        if name in _NEEDS_AXOLOTL:
+            require("axolotl", extra="axolotl", feature="The distmatch Axolotl plugin")
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

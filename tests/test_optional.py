@@ -57,6 +57,8 @@ def test_plugin_without_axolotl_names_the_extra() -> None:
     with pytest.raises(ImportError, match=r"pip install 'distmatch\[axolotl\]'") as info:
         axolotl_distmatch.DistMatchPlugin  # noqa: B018
     assert "The distmatch Axolotl plugin needs axolotl" in str(info.value)
+    with pytest.raises(ImportError, match=r"pip install 'distmatch\[axolotl\]'"):
+        axolotl_distmatch.DistMatchTrainer  # noqa: B018
 
 
 def test_unknown_attribute_is_attribute_error() -> None:

@@ -1,0 +1,169 @@
+"""The plugin's config keys: `loss` and the loss options, as a pydantic model Axolotl mixes into its config.
+
+Axolotl imports this class by its dotted path (`DistMatchPlugin.get_input_args`) and makes its fields top-level
+YAML keys. The option names, defaults and help are `trl_ext.options.LOSS_OPTIONS` (one name across TRL and
+Axolotl); values are checked by `trl_ext.options.loss_params`, the same check the TRL config runs.
+
+Only pydantic and `trl_ext` are imported here (no Axolotl), so the schema can be inspected without Axolotl.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+
+from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, OPTION_DEFAULTS, loss_params
+
+_HELP = {o.name: o.help for o in LOSS_OPTIONS}
+_OPTION_LOSS = {o.name: o.losses[0] for o in LOSS_OPTIONS}  # a loss that uses the option, to validate it
+
+CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
+
+
+def _positive_int(value: Any) -> bool:
+    try:
+        return value is not None and int(value) > 1
+    except (TypeError, ValueError):
+        return False
+
+
+# (key, is it set?, what to do). Checked after Axolotl applied its defaults (the CCE plugin's `cut_cross_entropy`
+# defaults to true as soon as the plugin is listed); a key the installed Axolotl does not declare (e.g. `use_dft`
+# before 0.20) is read from the raw YAML instead, so a config that asks for two losses fails on every version.
+_CONFLICTS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    (
+        "cut_cross_entropy",
+        bool,
+        f"the Cut Cross Entropy plugin (its `cut_cross_entropy` defaults to true when `{CCE_PLUGIN}` is listed): "
+        "remove it from `plugins` or set `cut_cross_entropy: false`",
+    ),
+    (
+        "liger_fused_linear_cross_entropy",
+        bool,
+        "Liger's fused linear cross-entropy: remove `liger_fused_linear_cross_entropy` (or set it to false); "
+        "Liger's other kernels (`liger_rms_norm`, `liger_glu_activation`, `liger_rope`, ...) are fine",
+    ),
+    (
+        "chunked_cross_entropy",
+        bool,
+        "chunked cross-entropy: remove `chunked_cross_entropy` (distmatch losses are already computed in chunks)",
+    ),
+    ("use_dft", bool, "DFT (another loss): remove `use_dft`"),
+    ("use_eaft", bool, "EAFT (another loss): remove `use_eaft`"),
+    (
+        "rl",
+        lambda v: v is not None,
+        "an RL / preference trainer: remove `rl` (distmatch losses are SFT objectives)",
+    ),
+    ("reward_model", bool, "reward-model training: remove `reward_model`"),
+    ("process_reward_model", bool, "process-reward-model training: remove `process_reward_model`"),
+    (
+        "context_parallel_size",
+        _positive_int,
+        "context parallelism (it shards the sequence, not the loss's shifted labels): remove "
+        "`context_parallel_size` or set it to 1",
+    ),
+    (
+        "sequence_parallel_degree",
+        _positive_int,
+        "sequence parallelism: remove `sequence_parallel_degree` or set it to 1",
+    ),
+    ("orpo_alpha", bool, "ORPO (another loss): remove `orpo_alpha`"),
+    ("kd_trainer", bool, "knowledge distillation (another trainer): remove `kd_trainer`"),
+    (
+        "trainer_cls",
+        bool,
+        "a custom `trainer_cls` (the plugin provides the trainer and would silently replace it): remove `trainer_cls`",
+    ),
+)
+
+
+def conflicts(loss: str, values: Mapping[str, Any]) -> list[str]:
+    """The settings of `values` that cannot be combined with `loss`, each saying what to remove."""
+    return [message for key, is_set, message in _CONFLICTS if is_set(values.get(key))]
+
+
+def unknown_loss_message(value: Any) -> str:
+    message = f"loss={value!r} is not a distmatch loss. Valid losses: {', '.join(DISTMATCH_LOSSES)}."
+    close = difflib.get_close_matches(str(value), DISTMATCH_LOSSES, n=1)
+    return message + (f" Did you mean {close[0]!r}?" if close else "")
+
+
+class DistMatchArgs(BaseModel):
+    """Input args of the distmatch plugin: `loss: gem_ls` (plus its options) replaces the SFT cross-entropy."""
+
+    loss: Literal[DISTMATCH_LOSSES] | None = Field(  # type: ignore[valid-type]
+        default=None,
+        json_schema_extra={
+            "description": "distmatch training objective (plugin axolotl_distmatch.DistMatchPlugin): "
+            + ", ".join(DISTMATCH_LOSSES)
+            + ". Unset: Axolotl's own loss, the plugin does nothing."
+        },
+    )
+    gem_beta: float = Field(
+        default=OPTION_DEFAULTS["gem_beta"], json_schema_extra={"description": _HELP["gem_beta"]}
+    )
+    emo_cost_embedding: str = Field(
+        default=OPTION_DEFAULTS["emo_cost_embedding"],
+        json_schema_extra={"description": _HELP["emo_cost_embedding"]},
+    )
+    emo_weighting: Literal["emo1", "emo2"] = Field(
+        default=OPTION_DEFAULTS["emo_weighting"], json_schema_extra={"description": _HELP["emo_weighting"]}
+    )
+    ce_entropy_coef: float = Field(
+        default=OPTION_DEFAULTS["ce_entropy_coef"],
+        json_schema_extra={"description": _HELP["ce_entropy_coef"]},
+    )
+    tailr_gamma: float = Field(
+        default=OPTION_DEFAULTS["tailr_gamma"], json_schema_extra={"description": _HELP["tailr_gamma"]}
+    )
+    mixce_gamma: float = Field(
+        default=OPTION_DEFAULTS["mixce_gamma"], json_schema_extra={"description": _HELP["mixce_gamma"]}
+    )
+
+    @field_validator("loss", mode="before")
+    @classmethod
+    def _known_loss(cls, value: Any) -> Any:
+        if value is not None and value not in DISTMATCH_LOSSES:
+            raise ValueError(unknown_loss_message(value))
+        return value
+
+    @field_validator(*_OPTION_LOSS, mode="after")
+    @classmethod
+    def _valid_option(cls, value: Any, info: ValidationInfo) -> Any:
+        # The TRL integration's check (`loss_params`), so a value is valid in both frameworks or in neither.
+        name = info.field_name
+        assert name is not None
+        loss_params(_OPTION_LOSS[name], {name: value})
+        return value
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _no_conflicting_settings(cls, data: Any, handler: Any) -> Any:
+        raw = data if isinstance(data, Mapping) else {}
+        # Settings written in the YAML: reported first, before other validators complain about their details.
+        if raw.get("loss") in DISTMATCH_LOSSES:
+            _raise_conflicts(raw["loss"], raw)
+        model = handler(data)  # Axolotl's and the other plugins' defaults are applied now
+        loss = getattr(model, "loss", None)
+        if loss is not None:
+            fields = type(model).model_fields
+            values = {key: getattr(model, key) if key in fields else raw.get(key) for key, _, _ in _CONFLICTS}
+            _raise_conflicts(loss, values)
+        return model
+
+
+def _raise_conflicts(loss: str, values: Mapping[str, Any]) -> None:
+    problems = conflicts(loss, values)
+    if problems:
+        raise ValueError(
+            f"loss: {loss} (distmatch plugin) cannot be combined with "
+            + "; ".join(problems)
+            + ". The distmatch loss replaces the model's cross-entropy; these settings would change or bypass it."
+        )
+
+
+__all__ = ["CCE_PLUGIN", "DistMatchArgs", "conflicts", "unknown_loss_message"]
