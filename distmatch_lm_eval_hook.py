@@ -1,0 +1,183 @@
+"""Activation hook that lets the plain ``lm_eval --tasks distmatch_nlu ...`` find the distmatch tasks.
+
+lm-eval 0.4.13 has no plugin mechanism for tasks (no entry points, no environment variable): it indexes its own
+``lm_eval/tasks`` folder plus whatever ``--include_path`` / ``TaskManager(include_path=...)`` names. The distmatch
+wheel installs ``distmatch_lm_eval_hook.pth`` at the root of site-packages; Python runs its single line,
+``import distmatch_lm_eval_hook``, at every interpreter start. So this module is cheap and inert: it imports only
+``os``/``sys`` and puts one ``sys.meta_path`` finder first, which ignores every import except that of
+``lm_eval.tasks.manager``. Right after that module has run, ``TaskManager.__init__`` is wrapped so that the
+distmatch task folder (``eval_tasks/lm_eval_tasks``, located without importing ``eval_tasks``) is searched after
+lm-eval's own tasks and before the user's ``include_path`` (the precedence of lm-eval's upcoming ``lm_eval.tasks``
+entry points: defaults < plugins < ``--include_path``). Nothing else changes; a process that never imports
+lm-eval's task manager is not affected at all.
+
+It stands down when lm-eval itself discovers task plugins (a release with ``discover_plugin_task_paths``, which
+reads the ``lm_eval.tasks`` entry point distmatch declares), when the user's ``include_path`` already holds the
+folder, and when ``DISTMATCH_LM_EVAL_HOOK=0`` (or false/no/off); then use
+``lm_eval --include_path "$(python -m eval_tasks.lm_eval_tasks)" ...``. ``DISTMATCH_DEBUG=1`` prints its
+decisions to stderr. It never raises at interpreter start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ENV_SWITCH = "DISTMATCH_LM_EVAL_HOOK"
+ENV_DEBUG = "DISTMATCH_DEBUG"
+TARGET_MODULE = "lm_eval.tasks.manager"
+_OFF_VALUES = ("0", "false", "no", "off")
+
+_finder = None  # the installed finder, if any
+
+
+def _debug(message: str) -> None:
+    if os.environ.get(ENV_DEBUG, "").strip().lower() not in ("", *_OFF_VALUES):
+        print(f"distmatch_lm_eval_hook[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in _OFF_VALUES
+
+
+def task_dir() -> str | None:
+    """The installed ``eval_tasks/lm_eval_tasks`` folder, found without importing ``eval_tasks``."""
+    from importlib.util import find_spec
+
+    spec = find_spec("eval_tasks")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = os.path.join(location, "lm_eval_tasks")
+        if os.path.isdir(candidate):
+            return candidate
+    return None
+
+
+def _same_dir(a: object, b: str) -> bool:
+    try:
+        return os.path.realpath(os.fspath(a)) == os.path.realpath(b)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+
+
+def with_task_dir(include_path: object, folder: str) -> object:
+    """`include_path` (None, a path or a list) with `folder` first, unless it is already there."""
+    paths = (
+        []
+        if include_path is None
+        else list(include_path)
+        if isinstance(include_path, (list, tuple))
+        else [include_path]
+    )
+    if any(_same_dir(p, folder) for p in paths):
+        return include_path
+    return [folder, *paths]
+
+
+def patch_task_manager(module: object) -> bool:
+    """Wrap ``module.TaskManager.__init__`` to add the distmatch task folder; False if not applicable."""
+    if getattr(module, "discover_plugin_task_paths", None) is not None:
+        _debug("lm-eval discovers task plugins itself (lm_eval.tasks entry point): hook not needed")
+        return False
+    manager = getattr(module, "TaskManager", None)
+    original = getattr(manager, "__init__", None)
+    if original is None or getattr(original, "_distmatch_wrapped", False):
+        return False
+    import functools
+    import inspect
+
+    signature = inspect.signature(original)
+    if "include_path" not in signature.parameters:
+        _debug("TaskManager.__init__ has no include_path parameter: not patched")
+        return False
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):  # noqa: N807
+        try:
+            folder = task_dir()
+            if folder is not None:
+                bound = signature.bind(self, *args, **kwargs)
+                bound.arguments["include_path"] = with_task_dir(bound.arguments.get("include_path"), folder)
+                args, kwargs = bound.args[1:], bound.kwargs
+                _debug(f"TaskManager include_path += {folder}")
+        except Exception as err:  # never break lm-eval; it then runs without our tasks
+            _debug(f"could not add the task folder: {err!r}")
+        original(self, *args, **kwargs)
+
+    __init__._distmatch_wrapped = True  # type: ignore[attr-defined]
+    manager.__init__ = __init__
+    return True
+
+
+class _PatchAfterExec:
+    """Loader wrapper: runs the real loader, restores it on the module, then patches."""
+
+    def __init__(self, loader: object) -> None:
+        self._loader = loader
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: object) -> object:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: object) -> None:
+        uninstall()
+        try:
+            self._loader.exec_module(module)
+        finally:
+            module.__spec__.loader = self._loader
+            module.__loader__ = self._loader
+        try:
+            patch_task_manager(module)
+        except Exception as err:
+            _debug(f"not patched: {err!r}")
+
+
+class TaskManagerImportFinder:
+    """``sys.meta_path`` finder acting once, on the first import of ``lm_eval.tasks.manager``."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
+        if fullname != TARGET_MODULE or self.done:
+            return None
+        self.done = True  # also stops the recursion through find_spec below
+        from importlib.util import find_spec
+
+        spec = find_spec(fullname)  # what the other finders give (the parent package is imported already)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _PatchAfterExec(spec.loader)
+        return spec
+
+
+def install() -> None:
+    global _finder
+    if _finder is None:
+        _finder = TaskManagerImportFinder()
+        sys.meta_path.insert(0, _finder)
+
+
+def uninstall() -> None:
+    """Take the finder out of ``sys.meta_path``."""
+    global _finder
+    if _finder is not None:
+        if _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        _finder = None
+
+
+def _activate() -> None:
+    if not enabled():
+        return
+    if TARGET_MODULE in sys.modules:  # imported before us (not the case at interpreter start)
+        patch_task_manager(sys.modules[TARGET_MODULE])
+        return
+    install()
+
+
+try:
+    _activate()
+except Exception as _err:  # never break interpreter start
+    _debug(f"disabled by an error: {_err!r}")

@@ -1,0 +1,49 @@
+"""The distmatch lm-eval tasks (YAML + Python helpers), shipped as package data.
+
+``TASK_DIR`` is the folder lm-eval indexes. It is found without ``--include_path`` through the activation hook
+(``distmatch_lm_eval_hook``, installed with the wheel) and, in lm-eval releases that read it, through the
+``lm_eval.tasks`` entry point; with the hook disabled (``DISTMATCH_LM_EVAL_HOOK=0``) pass it explicitly::
+
+    lm_eval run --include_path "$(python -m eval_tasks.lm_eval_tasks)" --tasks distmatch_nlu ...
+
+Importing this package imports nothing heavy (no lm-eval): the task classes live in
+:mod:`eval_tasks.lm_eval_tasks.harness`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CREATIVE_TASKS", "NLU_TASKS", "TASK_DIR", "task_manager"]
+
+TASK_DIR = Path(__file__).resolve().parent
+
+#: Members of the groups ``distmatch_nlu`` and ``distmatch_creative``.
+NLU_TASKS = (
+    "distmatch_tweet_emotion",
+    "distmatch_sst2",
+    "distmatch_trec",
+    "distmatch_subj",
+    "distmatch_cr",
+    "distmatch_rt",
+    "distmatch_ag_news",
+    "distmatch_mmlu",
+)
+CREATIVE_TASKS = ("distmatch_poem_diversity", "distmatch_story_diversity")
+
+
+def task_manager(**kwargs: Any) -> Any:
+    """An ``lm_eval.tasks.TaskManager`` that knows the distmatch tasks (for ``lm_eval.simple_evaluate``).
+
+    Extra ``include_path`` entries given here come after ours (so they can override our tasks).
+    """
+    from eval_tasks import require_lm_eval
+
+    require_lm_eval()
+    from lm_eval.tasks import TaskManager
+
+    extra = kwargs.pop("include_path", None)
+    extra = [] if extra is None else list(extra) if isinstance(extra, (list, tuple)) else [extra]
+    paths = [str(TASK_DIR)] + [p for p in map(str, extra) if Path(p).resolve() != TASK_DIR]
+    return TaskManager(include_path=paths, **kwargs)

@@ -1,0 +1,39 @@
+"""What the task YAMLs reference (``!function utils.<name>``); the code lives in :mod:`.harness`.
+
+lm-eval imports this file by its path, as a module of its own; importing from the installed package keeps one
+copy of the classes and caches (loaded encoders, Sentence-BERT models).
+"""
+
+from eval_tasks.lm_eval_tasks.harness import (
+    DiversityTask,
+    ICLTask,
+    IFEvalTask,
+    MMLUTask,
+    agg_inst_level_acc,
+    diversity_process_results,
+    icl_process_results,
+    ifeval_process_results,
+    load_creative_dataset,
+    load_icl_dataset,
+    load_ifeval_dataset,
+    load_mmlu_dataset,
+    mmlu_process_results,
+    subject_macro_mean,
+)
+
+__all__ = [
+    "DiversityTask",
+    "ICLTask",
+    "IFEvalTask",
+    "MMLUTask",
+    "agg_inst_level_acc",
+    "diversity_process_results",
+    "icl_process_results",
+    "ifeval_process_results",
+    "load_creative_dataset",
+    "load_icl_dataset",
+    "load_ifeval_dataset",
+    "load_mmlu_dataset",
+    "mmlu_process_results",
+    "subject_macro_mean",
+]

@@ -1,0 +1,43 @@
+"""EMO in-context NLU: distmatch_ag_news - TopK retriever (8 demonstrations, most similar first) + PPL per label.
+
+Data: fancyzhx/ag_news at revision 'main', test split 'test', demonstrations from 'train[:36000]'
+(eval_tasks.data; $DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies). Templates: the EMO paper's Table 5,
+keyed by the dataset's label ids (must equal eval_tasks.nlu; checked by the tests).
+"""
+
+from opencompass.openicl.icl_evaluator import AccEvaluator
+from opencompass.openicl.icl_inferencer import PPLInferencer
+from opencompass.openicl.icl_prompt_template import PromptTemplate
+from opencompass.openicl.icl_retriever import TopkRetriever
+
+from eval_tasks.opencompass_ext import DistMatchICLDataset
+
+# Demonstration pool: the first 36,000 training rows (the EMO code's train[:30%]), applied by the loader.
+distmatch_ag_news_template = {
+    0: '</E>"{text}" It is about world.',  # world
+    1: '</E>"{text}" It is about sports.',  # sports
+    2: '</E>"{text}" It is about business.',  # business
+    3: '</E>"{text}" It is about science and technology.',  # sci_tech
+}
+
+distmatch_ag_news_datasets = [
+    dict(
+        abbr="distmatch_ag_news",
+        type=DistMatchICLDataset,
+        task="ag_news",
+        reader_cfg=dict(
+            input_columns=["text"], output_column="label", train_split="train", test_split="test"
+        ),
+        infer_cfg=dict(
+            ice_template=dict(type=PromptTemplate, ice_token="</E>", template=distmatch_ag_news_template),
+            retriever=dict(
+                type=TopkRetriever,
+                ice_num=8,
+                sentence_transformers_model_name="sentence-transformers/all-mpnet-base-v2",
+                tokenizer_name="gpt2-xl",
+            ),
+            inferencer=dict(type=PPLInferencer),
+        ),
+        eval_cfg=dict(evaluator=dict(type=AccEvaluator)),
+    )
+]

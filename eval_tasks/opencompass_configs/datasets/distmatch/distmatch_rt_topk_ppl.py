@@ -1,0 +1,40 @@
+"""EMO in-context NLU: distmatch_rt - TopK retriever (8 demonstrations, most similar first) + PPL per label.
+
+Data: cornell-movie-review-data/rotten_tomatoes at revision 'main', test split 'test', demonstrations from 'train'
+(eval_tasks.data; $DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies). Templates: the EMO paper's Table 5,
+keyed by the dataset's label ids (must equal eval_tasks.nlu; checked by the tests).
+"""
+
+from opencompass.openicl.icl_evaluator import AccEvaluator
+from opencompass.openicl.icl_inferencer import PPLInferencer
+from opencompass.openicl.icl_prompt_template import PromptTemplate
+from opencompass.openicl.icl_retriever import TopkRetriever
+
+from eval_tasks.opencompass_ext import DistMatchICLDataset
+
+distmatch_rt_template = {
+    0: '</E>Review: "{text}" It is negative.',  # negative
+    1: '</E>Review: "{text}" It is positive.',  # positive
+}
+
+distmatch_rt_datasets = [
+    dict(
+        abbr="distmatch_rt",
+        type=DistMatchICLDataset,
+        task="rt",
+        reader_cfg=dict(
+            input_columns=["text"], output_column="label", train_split="train", test_split="test"
+        ),
+        infer_cfg=dict(
+            ice_template=dict(type=PromptTemplate, ice_token="</E>", template=distmatch_rt_template),
+            retriever=dict(
+                type=TopkRetriever,
+                ice_num=8,
+                sentence_transformers_model_name="sentence-transformers/all-mpnet-base-v2",
+                tokenizer_name="gpt2-xl",
+            ),
+            inferencer=dict(type=PPLInferencer),
+        ),
+        eval_cfg=dict(evaluator=dict(type=AccEvaluator)),
+    )
+]

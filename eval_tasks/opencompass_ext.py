@@ -1,0 +1,170 @@
+"""OpenCompass dataset classes and evaluators of the distmatch suite (used by ``eval_tasks/opencompass_configs``).
+
+The datasets load exactly what the lm-eval tasks load (:mod:`eval_tasks.data`: the same Hub ids, revisions and
+splits, or the same local files when ``$DISTMATCH_EVAL_DATA_DIR`` is set); OpenCompass's own ``TopkRetriever``,
+``FixKRetriever``, ``PPLInferencer`` and ``GenInferencer`` then build and score the prompts.
+
+Needs ``opencompass`` (its own venv: ``make .venv-opencompass``); importing this module imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from trl_ext._optional import require
+
+require("opencompass", extra="opencompass", feature="The distmatch OpenCompass configs")
+
+from datasets import Dataset, DatasetDict  # noqa: E402
+from opencompass.datasets.base import BaseDataset  # noqa: E402
+from opencompass.datasets.IFEval.ifeval import IFEvaluator  # noqa: E402
+from opencompass.openicl.icl_evaluator import BaseEvaluator  # noqa: E402
+from opencompass.registry import ICL_EVALUATORS, LOAD_DATASET  # noqa: E402
+
+from eval_tasks import data, nlu  # noqa: E402
+from eval_tasks.creative import DIVERSITY_METRICS, creative_documents, diversity_scores  # noqa: E402
+
+__all__ = [
+    "DistMatchCreativeDataset",
+    "DistMatchDiversityEvaluator",
+    "DistMatchICLDataset",
+    "DistMatchIFEvalDataset",
+    "DistMatchIFEvaluator",
+    "DistMatchMMLUDataset",
+]
+
+
+def _data_dir(data_dir: str | None) -> str | None:
+    return data_dir or os.environ.get(data.DATA_DIR_ENV) or None
+
+
+@LOAD_DATASET.register_module()
+class DistMatchICLDataset(BaseDataset):
+    """``train`` = the demonstration pool (AG News: its first 36,000 rows), ``test`` = the evaluated split."""
+
+    @staticmethod
+    def load(task: str, data_dir: str | None = None, **_: Any) -> DatasetDict:
+        spec = nlu.get_spec(task)
+        if not isinstance(spec, nlu.ClassificationSpec):
+            raise ValueError(f"{spec.task} is not a retrieval task; use DistMatchMMLUDataset.")
+        where = _data_dir(data_dir)
+        columns = [spec.text_field, spec.label_field]
+        splits = {"train": spec.pool_split, "test": spec.test_split}
+        return DatasetDict(
+            {
+                name: data.load_split(
+                    spec.key, spec.path, spec.name, spec.revision, split, where
+                ).select_columns(columns)
+                for name, split in splits.items()
+            }
+        )
+
+
+@LOAD_DATASET.register_module()
+class DistMatchMMLUDataset(BaseDataset):
+    """One MMLU subject in OpenCompass's MMLU columns: ``input``, ``A``-``D``, ``target`` (a letter); dev = train."""
+
+    @staticmethod
+    def load(name: str, data_dir: str | None = None, **_: Any) -> DatasetDict:
+        spec, where = nlu.MMLU, _data_dir(data_dir)
+        out = {}
+        for split_name, split in (("dev", spec.shot_split), ("test", spec.test_split)):
+            rows = data.load_split(spec.key, spec.path, spec.name, spec.revision, split, where)
+            rows = rows.filter(lambda row: row["subject"] == name)
+            out[split_name] = Dataset.from_list(
+                [
+                    {
+                        "input": row["question"],
+                        **{letter: choice for letter, choice in zip(spec.letters, row["choices"])},
+                        "target": spec.letters[int(row["answer"])],
+                    }
+                    for row in rows
+                ]
+            )
+        return DatasetDict(out)
+
+
+@LOAD_DATASET.register_module()
+class DistMatchIFEvalDataset(BaseDataset):
+    """google/IFEval (or its local copy) as OpenCompass's IFEval reader expects: ``prompt`` + ``reference``."""
+
+    @staticmethod
+    def load(data_dir: str | None = None, **_: Any) -> Dataset:
+        rows = data.ifeval_documents(data_dir=_data_dir(data_dir))
+        return Dataset.from_list(
+            [
+                {
+                    "prompt": row["prompt"],
+                    "reference": {
+                        "key": row["key"],
+                        "prompt": row["prompt"],
+                        "instruction_id_list": list(row["instruction_id_list"]),
+                        "kwargs": [dict(kw or {}) for kw in row["kwargs"]],
+                    },
+                }
+                for row in rows
+            ]
+        )
+
+
+@LOAD_DATASET.register_module()
+class DistMatchCreativeDataset(BaseDataset):
+    """The GEM creative-writing prompts, each repeated `num_samples` times (``prompt_id`` groups the samples)."""
+
+    @staticmethod
+    def load(
+        kind: str,
+        num_samples: int = 16,
+        num_prompts: int | None = None,
+        prompts_file: str | None = None,
+        **_: Any,
+    ) -> Dataset:
+        docs = creative_documents(kind, prompts_file)
+        if num_prompts is not None:
+            docs = docs[: int(num_prompts)]
+        return Dataset.from_list(
+            [
+                {"prompt_id": doc["id"], "sample": j, "prompt": doc["prompt"]}
+                for doc in docs
+                for j in range(int(num_samples))
+            ]
+        )
+
+
+@ICL_EVALUATORS.register_module()
+class DistMatchDiversityEvaluator(BaseEvaluator):
+    """Groups the generations by ``prompt_id`` (the reference column) and scores each group with the three GEM
+    diversity metrics of :mod:`eval_tasks.metrics` (0-100); reports the mean over prompts."""
+
+    def __init__(self, sbert_model: str | None = None, gem_compat: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sbert_model = sbert_model
+        self.gem_compat = gem_compat
+
+    def score(self, predictions: Sequence[str], references: Sequence[Any]) -> dict[str, Any]:
+        groups: dict[Any, list[str]] = {}
+        for prediction, prompt_id in zip(predictions, references, strict=True):
+            groups.setdefault(prompt_id, []).append(str(prediction))
+        per_prompt = [
+            diversity_scores(samples, sbert_model=self.sbert_model, gem_compat=self.gem_compat)
+            for samples in groups.values()
+        ]
+        result: dict[str, Any] = {
+            key: sum(s[key] for s in per_prompt) / len(per_prompt) for key in DIVERSITY_METRICS
+        }
+        result["num_prompts"] = len(per_prompt)
+        result["samples_per_prompt"] = min(len(g) for g in groups.values())
+        return result
+
+
+@ICL_EVALUATORS.register_module()
+class DistMatchIFEvaluator(IFEvaluator):
+    """OpenCompass's IFEval scorer, with NLTK's ``punkt_tab`` made available offline first."""
+
+    def score(
+        self, predictions: Sequence[str], references: Sequence[Any], origin_prompt: Sequence[Any]
+    ) -> dict:
+        data.ensure_punkt_tab()
+        return super().score(predictions, references, origin_prompt)
