@@ -897,7 +897,7 @@ def _settings_rows(cfg: DemoConfig, env: Mapping[str, Any]) -> list[tuple[str, s
         ("held-out scoring", f"first {min(cfg.eval_examples, env['heldout_examples'])} pairs of `{_rel(cfg.heldout_file)}` "
          "(CE / perplexity / entropy / top-1 probability over the answer tokens)"),
         ("sampling", f"first {min(cfg.prompts, env['heldout_examples'])} held-out prompts x {cfg.samples} samples, "
-         f"temperature {cfg.temperature}, top-k {cfg.top_k}, top-p {cfg.top_p}, {cfg.max_new_tokens} new tokens, "
+         f"temperature {cfg.temperature}, top-k {cfg.top_k}, top-p {cfg.top_p}, at most {cfg.max_new_tokens} new tokens, "
          "chat template"),
         ("diversity", "n-gram (distinct 1-3), Self-BLEU (all other samples as references), Sentence-BERT ("
          f"{env['sbert']}); response only; mean ± standard error over prompts"),
