@@ -50,6 +50,7 @@ SHAPES = {
     # name: hidden width d, vocabulary V, tokens N
     "smollm2": {"d": 576, "V": 49152, "N": 4096},  # SmolLM2-135M head
     "llama3-8b": {"d": 4096, "V": 128256, "N": 2048},  # Llama-3-8B head
+    "llama3-8b-8k": {"d": 4096, "V": 128256, "N": 8192},  # issue 8's GPU shape (bf16)
     "tiny": {"d": 64, "V": 2048, "N": 512},  # smoke test of the harness only; not in the default shapes
 }
 DEFAULT_SHAPES = ["smollm2", "llama3-8b"]
@@ -57,12 +58,16 @@ TINY_SHAPE = {"d": 16, "V": 256, "N": 64}  # for the in-process warm-up before t
 
 LOSSES = ("ce", "gem_linear", "gem_ls", "emo")
 PATHS = ("reference", "chunked", "fused")
-ANCHORS = ("hf_ce", "torch_lce", "trl_nll")
+ANCHORS = ("hf_ce", "torch_lce", "trl_nll", "liger_flce", "cce")
+CPU_ANCHORS = ("hf_ce", "torch_lce", "trl_nll")  # Liger's and CCE's kernels are CUDA-only
 ANCHOR_LABELS = {
     "hf_ce": "transformers ForCausalLMLoss on full logits (the CE anchor)",
     "torch_lce": "torch F.linear_cross_entropy, options=LinearCrossEntropyOptions()",
     "trl_nll": "TRL fused LM head NLL (ChunkedLogProbFunction as SFTTrainer calls it)",
+    "liger_flce": "Liger fused linear cross-entropy (liger-kernel wheel)",
+    "cce": "Cut Cross Entropy linear_cross_entropy (cut-cross-entropy wheel)",
 }
+FUSED_CE = ("trl_nll", "liger_flce", "cce")  # with our fused ce: "the fastest fused CE" of issue 8
 IGNORED_FRACTION = 0.1
 
 # Targets of issue #2, as ratios to hf_ce of the same run: (max memory ratio, max time ratio).
@@ -71,6 +76,8 @@ TARGETS = {
     ("gem_ls", "fused"): (0.15, 1.4),
     ("emo", "fused"): (0.25, 2.0),
 }
+# Issue 8 (GPU): ratios to the fastest fused CE for time, to our own fused ce for memory.
+GPU_TARGETS = {"gem_linear": (1.2, 1.15), "gem_ls": (1.2, 1.15), "emo": (1.2, 1.6)}
 # What issue #2 says the anchors do at the smollm2 shape on the CPU machine (for comparison, not targets).
 ANCHOR_CLAIMS = {
     "torch_lce": "about 0.14x memory, 1.8x time",
@@ -121,15 +128,15 @@ def _malloc_trim() -> None:
         pass
 
 
-def _make_inputs(shape: dict, loss: str, device: str, seed: int = 0) -> dict:
+def _make_inputs(shape: dict, loss: str, device: str, seed: int = 0, dtype: str = "float32") -> dict:
     """Inputs built in place, without temporaries the size of the weight (they would raise the RSS peak)."""
     import torch
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
     n, d, v = shape["N"], shape["d"], shape["V"]
-    hidden = torch.randn(n, d, generator=gen).to(device)
+    hidden = torch.randn(n, d, generator=gen).to(device=device, dtype=getattr(torch, dtype))
     # logits = hidden @ weight.T with unit variance per entry
-    weight = torch.randn(v, d, generator=gen).mul_(d**-0.5).to(device)
+    weight = torch.randn(v, d, generator=gen).mul_(d**-0.5).to(device=device, dtype=getattr(torch, dtype))
     labels = torch.randint(0, v, (n,), generator=gen)
     labels[torch.rand(n, generator=gen) < IGNORED_FRACTION] = -100
     labels = labels.to(device)
@@ -184,6 +191,24 @@ def _loss_fn(case: dict):
             return out / x["n_valid"]
 
         return fn
+
+    if path == "liger_flce":
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        liger = LigerFusedLinearCrossEntropyLoss(reduction="sum")
+
+        def fn(x: dict):
+            out = liger(x["weight"], x["hidden"], x["labels"])  # (lin_weight, input, target)
+            return (out[0] if isinstance(out, tuple) else out) / x["n_valid"]
+
+        return fn
+
+    if path == "cce":
+        from cut_cross_entropy import linear_cross_entropy
+
+        return lambda x: (
+            linear_cross_entropy(x["hidden"], x["weight"], x["labels"], reduction="sum") / x["n_valid"]
+        )
 
     if path == "trl_nll":
         from trl.kernels import ChunkedLogProbFunction
@@ -273,11 +298,11 @@ def run_worker(case: dict) -> dict:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     name = f"{case['shape']}/{case['loss']}/{case['path']}"
 
-    x = _make_inputs(SHAPES[case["shape"]], case["loss"], device)
+    x = _make_inputs(SHAPES[case["shape"]], case["loss"], device, dtype=case["dtype"])
     fn = _loss_fn(case)
 
     # Tiny warm-up: thread pool, lazy imports, first-call allocations; small enough not to move the RSS.
-    tiny = _make_inputs(TINY_SHAPE, case["loss"], device, seed=1)
+    tiny = _make_inputs(TINY_SHAPE, case["loss"], device, seed=1, dtype=case["dtype"])
     _fwd_bwd(fn, tiny, sync)
     del tiny
     x["hidden"].grad = x["weight"].grad = None
@@ -363,6 +388,8 @@ def build_cases(args: argparse.Namespace) -> list[dict]:
         "threads": args.threads,
         "repeats": args.repeats,
         "chunk_size": args.chunk_size,
+        "dtype": args.dtype,
+        "kernels": args.kernels,
     }
     cases = []
     for shape in args.shapes:
@@ -379,6 +406,7 @@ def build_cases(args: argparse.Namespace) -> list[dict]:
 def run_case(case: dict, timeout: float | None) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_worker", json.dumps(case)]
     env = {**os.environ, "OMP_NUM_THREADS": str(case["threads"]), "TOKENIZERS_PARALLELISM": "false"}
+    env["DISTMATCH_KERNELS"] = case["kernels"]
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=timeout, cwd=REPO_ROOT)
@@ -409,6 +437,43 @@ def add_ratios(results: list[dict]) -> None:
         r["time_ratio"] = r["time_s"] / a["time_s"] if ok else None
         r["cpu_ratio"] = r["cpu_s"] / a["cpu_s"] if ok else None
         r["memory_ratio"] = r["extra_mib"] / a["extra_mib"] if ok and a["extra_mib"] > 0 else None
+    add_fused_ce_ratios(results)
+
+
+def add_fused_ce_ratios(results: list[dict]) -> None:
+    """Issue 8's ratios: time to the fastest fused CE of the shape (anchors + our fused ce), memory to our fused ce."""
+    for shape in {r["shape"] for r in results}:
+        ok = [r for r in results if r["shape"] == shape and "error" not in r]
+        fused_ce = [r for r in ok if r["path"] in FUSED_CE or (r["path"] == "fused" and r["loss"] == "ce")]
+        ours = next((r for r in ok if r["path"] == "fused" and r["loss"] == "ce"), None)
+        if not fused_ce:
+            continue
+        fastest = min(fused_ce, key=lambda r: r["time_s"])
+        for r in ok:
+            r["fastest_fused_ce"] = fastest["path"] if fastest["path"] != "fused" else "distmatch fused ce"
+            r["time_vs_fastest_fused_ce"] = r["time_s"] / fastest["time_s"]
+            r["memory_vs_fused_ce"] = (
+                r["extra_mib"] / ours["extra_mib"] if ours and ours["extra_mib"] else None
+            )
+
+
+def fused_ce_table(results: list[dict]) -> str:
+    rows = [
+        "| shape | loss | time ms | × fastest fused CE | target | extra MiB | × our fused ce | target | status |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        target = GPU_TARGETS.get(r["loss"]) if r["path"] == "fused" else None
+        if target is None or "time_vs_fastest_fused_ce" not in r:
+            continue
+        memory, time_ratio = r["memory_vs_fused_ce"], r["time_vs_fastest_fused_ce"]
+        met = memory is not None and memory <= target[0] and time_ratio <= target[1]
+        rows.append(
+            f"| {r['shape']} | {r['loss']} | {r['time_s'] * 1e3:.1f} | {time_ratio:.2f} ({r['fastest_fused_ce']}) | "
+            f"≤ {target[1]} | {r['extra_mib']:.0f} | {_fmt(memory, '.2f')} | ≤ {target[0]} | "
+            f"{'met' if met else 'not met'} |"
+        )
+    return "\n".join(rows)
 
 
 def results_table(results: list[dict]) -> str:
@@ -485,7 +550,8 @@ def report(results: list[dict], meta: dict) -> str:
         f"# distmatch loss benchmark ({meta['date']})\n\n"
         f"`{meta['command']}`\n\n"
         f"device {meta['device']} ({meta['cpu']}), {meta['threads']} threads, torch {meta['torch']}, "
-        f"transformers {meta['transformers']}, trl {meta['trl']}; fp32 inputs; shapes {shapes}; "
+        f"transformers {meta['transformers']}, trl {meta['trl']}; {meta['dtype']} inputs; "
+        f"DISTMATCH_KERNELS={meta['kernels']}; shapes {shapes}; "
         f"~{IGNORED_FRACTION:.0%} of labels -100; loss = sum / n_valid; time = median of {meta['repeats']} "
         f"forward+backward runs (after one warm-up run, which is also the memory run); extra = peak memory of one "
         f"forward+backward above the inputs ({meta['memory_method']}), gradients of hidden and weight included; "
@@ -496,7 +562,8 @@ def report(results: list[dict], meta: dict) -> str:
     )
     return (
         f"{header}\n## Results\n\n{results_table(results)}\n\n## Anchors\n\n{anchors_table(results)}\n\n"
-        f"## Targets (issue #2, ratios to hf_ce)\n\n{targets_table(results)}\n"
+        f"## Targets (issue #2, ratios to hf_ce)\n\n{targets_table(results)}\n\n"
+        f"## Against the fused cross-entropies (issue 8)\n\n{fused_ce_table(results)}\n"
     )
 
 
@@ -543,8 +610,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--anchors",
         type=_csv(ANCHORS, "anchor"),
-        default=list(ANCHORS),
-        help="comma list; hf_ce is always measured",
+        help=f"comma list; hf_ce is always measured (default: {','.join(CPU_ANCHORS)}, on CUDA all)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        help="dtype of hidden and weight (default: float32 on CPU, bfloat16 on CUDA)",
+    )
+    p.add_argument(
+        "--kernels",
+        choices=("auto", "torch", "triton"),
+        default="auto",
+        help="DISTMATCH_KERNELS for our rows (default auto: Triton on CUDA)",
     )
     p.add_argument(
         "--repeats",
@@ -586,8 +663,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.shapes = args.shapes or list(DEFAULT_SHAPES)
     args.paths = args.paths or list(PATHS)
     args.repeats = args.repeats or 3
-    if "hf_ce" not in args.anchors:
-        args.anchors.insert(0, "hf_ce")
     return args
 
 
@@ -601,6 +676,11 @@ def main(argv: list[str] | None = None) -> int:
     versions = _versions()
     if args.device == "auto":
         args.device = "cuda" if versions["cuda"] else "cpu"
+    cuda = args.device.startswith("cuda")
+    args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
+    args.anchors = args.anchors or list(ANCHORS if cuda else CPU_ANCHORS)
+    if "hf_ce" not in args.anchors:
+        args.anchors.insert(0, "hf_ce")
     cases = build_cases(args)
     meta = {
         "date": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -610,6 +690,8 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "repeats": args.repeats,
         "chunk_size": args.chunk_size,
+        "dtype": args.dtype,
+        "kernels": args.kernels,
         "shapes": args.shapes,
         "memory_method": "CUDA max_memory_allocated - memory_allocated"
         if args.device.startswith("cuda")

@@ -53,13 +53,18 @@ def test_fused_second_backward_recomputes_after_consuming_the_forward_gradient()
 
 def test_no_gradient_work_under_no_grad(monkeypatch):
     calls = []
-    original = chunked_module.chunk_math
+    original = chunked_module.select_row_math
 
-    def spy(*args, **kwargs):
-        calls.append(kwargs["want_grad"])
-        return original(*args, **kwargs)
+    def select_spy(*args, **kwargs):
+        row_math = original(*args, **kwargs)
 
-    monkeypatch.setattr(chunked_module, "chunk_math", spy)
+        def spy(*a, **kw):
+            calls.append(kw["want_grad"])
+            return row_math(*a, **kw)
+
+        return spy
+
+    monkeypatch.setattr(chunked_module, "select_row_math", select_spy)
     hidden, weight, labels = _inputs()
     with torch.no_grad():
         loss = fused_token_loss("gem_linear", hidden, weight, labels, chunk_size=4)

@@ -1,7 +1,9 @@
 """Memory-efficient paths: chunked from logits, and fused from (hidden, lm_head weight).
 
-Both run `rows.chunk_math` on chunks of *valid* rows (ignored rows cost nothing) in float32, so no more than
-one chunk of vocabulary-sized temporaries exists at a time.
+Both run the closed-form row math (`rows.chunk_math`, or its Triton kernel on CUDA, see `kernels.py`) on chunks
+of *valid* rows (ignored rows cost nothing) in float32, so no more than one chunk of vocabulary-sized temporaries
+exists at a time. On CUDA with 16-bit inputs the fused path's matmuls take 16-bit operands with float32 results
+(accumulators, statistics and gradients stay float32).
 
 * `token_loss` (logits given): the forward keeps no gradient; the backward recomputes each chunk's closed-form
   gradient and writes it, scaled by the per-token upstream gradient, into the logits' gradient.
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .kernels import RowMath, select_row_math
 from .registry import (
     IGNORE_INDEX,
     check_chunk_size,
@@ -36,6 +39,8 @@ from .rows import chunk_math
 
 CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
 DEFAULT_CHUNK_MEMORY_MB = 128
+# On GPUs a chunk needs >= ~1k rows for the logits matmul to be compute-bound at V = 128k (performance.md 4.1).
+DEFAULT_CUDA_CHUNK_MEMORY_MB = 512
 
 
 @dataclass
@@ -48,9 +53,17 @@ class TokenStats:
     demd: Tensor | None = None
 
 
-def auto_chunk_size(vocab_size: int, dtype: torch.dtype, buffers: int) -> int:
-    """Rows per chunk so that `buffers` [rows, V] temporaries fit the memory budget (env DISTMATCH_CHUNK_MEMORY_MB)."""
-    budget_mb = float(os.environ.get(CHUNK_MEMORY_ENV, DEFAULT_CHUNK_MEMORY_MB))
+def auto_chunk_size(
+    vocab_size: int, dtype: torch.dtype, buffers: int, device: torch.device | None = None
+) -> int:
+    """Rows per chunk so that `buffers` [rows, V] temporaries fit the memory budget (env DISTMATCH_CHUNK_MEMORY_MB;
+    default 128 MiB, 512 MiB on CUDA)."""
+    default = (
+        DEFAULT_CUDA_CHUNK_MEMORY_MB
+        if device is not None and device.type == "cuda"
+        else DEFAULT_CHUNK_MEMORY_MB
+    )
+    budget_mb = float(os.environ.get(CHUNK_MEMORY_ENV, default))
     if budget_mb <= 0:
         raise ValueError(f"{CHUNK_MEMORY_ENV} must be a positive number of MiB, got {budget_mb}.")
     bytes_per_row = vocab_size * torch.finfo(dtype).bits // 8 * buffers
@@ -67,13 +80,31 @@ class _Plan:
     chunk_size: int
     want_stats: bool
     cost_hat: Tensor | None
+    row_math: RowMath
+    matmul_dtype: torch.dtype  # the matmul operands' dtype (float32 results either way)
     grad_enabled: bool = field(default_factory=torch.is_grad_enabled)
     stats: dict[str, Tensor] = field(default_factory=dict)
+
+    def operand(self, t: Tensor) -> Tensor:
+        return t.to(self.matmul_dtype)
+
+    def mm(self, a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
+        """a @ b (operands in `matmul_dtype`) with a float32 (compute-dtype) result."""
+        if self.matmul_dtype == self.cdtype:
+            return torch.mm(a, b, out=out)
+        return torch.mm(a, b, out_dtype=self.cdtype, out=out)
+
+    def add_grad_weight(self, grad_weight: Tensor, grad: Tensor, h: Tensor) -> None:
+        """grad_weight (compute-dtype accumulator) += grad^T h."""
+        if self.matmul_dtype == self.cdtype:
+            grad_weight.addmm_(grad.T, h)
+        else:
+            torch.addmm(grad_weight, grad.T, h, out_dtype=self.cdtype, out=grad_weight)
 
     def similarity(self, y: Tensor) -> Tensor | None:
         if self.cost_hat is None:
             return None
-        return self.cost_hat[y] @ self.cost_hat.T  # s_ij = cos(e_{y_i}, e_j), one [n, V] matmul
+        return self.mm(self.cost_hat[y], self.cost_hat.T)  # s_ij = cos(e_{y_i}, e_j), one [n, V] matmul
 
     def chunks(self, valid_rows: Tensor):
         for start in range(0, valid_rows.numel(), self.chunk_size):
@@ -96,18 +127,35 @@ def _plan(
     inputs: Tensor,
     chunk_size: int | None,
     want_stats: bool,
+    matmul_dtype: torch.dtype | None = None,
 ) -> _Plan:
     spec, resolved = resolve(name, params)
     check_chunk_size(chunk_size)
     cdtype = compute_dtype(inputs.dtype)
+    row_math = select_row_math(name, inputs.device, cdtype)
     cost_hat = None
     if spec.needs_cost_embedding:
         cost_hat = normalized_cost_embedding(
             resolved.pop("cost_embedding"), vocab_size, inputs.device, cdtype
         )
+        if matmul_dtype is not None:
+            cost_hat = cost_hat.to(matmul_dtype)  # normalised in float32, stored like the head
     if chunk_size is None:
-        chunk_size = auto_chunk_size(vocab_size, cdtype, buffers=4 if cost_hat is not None else 3)
-    return _Plan(name, resolved, cdtype, chunk_size, want_stats, cost_hat)
+        # The torch closed forms keep ~3 (EMO 4) [rows, V] float32 buffers per chunk, the Triton kernel 1 (EMO 2).
+        emo, in_place = cost_hat is not None, row_math is not chunk_math
+        buffers = (2 if emo else 1) if in_place else (4 if emo else 3)
+        chunk_size = auto_chunk_size(vocab_size, cdtype, buffers=buffers, device=inputs.device)
+    return _Plan(name, resolved, cdtype, chunk_size, want_stats, cost_hat, row_math, matmul_dtype or cdtype)
+
+
+def _matmul_dtype(hidden: Tensor) -> torch.dtype | None:
+    """On CUDA, 16-bit products stay 16-bit with float32 outputs: no float32 copy of the head, tensor-core speed.
+
+    Elsewhere (and for 32/64-bit inputs) None: the operands are converted to the compute dtype.
+    """
+    if hidden.is_cuda and hidden.dtype in (torch.float16, torch.bfloat16):
+        return hidden.dtype
+    return None
 
 
 def _fp32_math(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -135,7 +183,7 @@ class _ChunkedFromLogits(torch.autograd.Function):
         for _, rows in plan.chunks(valid):
             y = labels[rows]
             z = logits[rows].to(plan.cdtype)
-            result = chunk_math(
+            result = plan.row_math(
                 plan.name, plan.params, z, y, plan.similarity(y), want_grad=False, want_stats=plan.want_stats
             )
             loss[rows] = result.loss
@@ -154,7 +202,7 @@ class _ChunkedFromLogits(torch.autograd.Function):
         for _, rows in plan.chunks(valid):
             y = labels[rows]
             z = logits[rows].to(plan.cdtype)
-            grad = chunk_math(
+            grad = plan.row_math(
                 plan.name, plan.params, z, y, plan.similarity(y), want_grad=True, want_stats=False
             ).grad
             assert grad is not None
@@ -170,20 +218,20 @@ class _FusedLinear(torch.autograd.Function):
         need_hidden = plan.grad_enabled and ctx.needs_input_grad[0]
         need_weight = plan.grad_enabled and ctx.needs_input_grad[1]
         valid = _valid_rows(labels)
-        w = weight.to(plan.cdtype)
+        w = plan.operand(weight)
         loss = torch.zeros(hidden.shape[0], dtype=plan.cdtype, device=hidden.device)
         plan.init_stats(hidden.shape[0], hidden.device)
         grad_hidden_unit = (
             hidden.new_empty((valid.numel(), hidden.shape[1]), dtype=plan.cdtype) if need_hidden else None
         )
-        grad_weight_unit = torch.zeros_like(w) if need_weight else None
+        grad_weight_unit = torch.zeros(w.shape, dtype=plan.cdtype, device=w.device) if need_weight else None
         for start, rows in plan.chunks(valid):
             y = labels[rows]
-            h = hidden[rows].to(plan.cdtype)
-            result = chunk_math(
+            h = plan.operand(hidden[rows])
+            result = plan.row_math(
                 plan.name,
                 plan.params,
-                h @ w.T,
+                plan.mm(h, w.T),
                 y,
                 plan.similarity(y),
                 want_grad=need_hidden or need_weight,
@@ -192,10 +240,11 @@ class _FusedLinear(torch.autograd.Function):
             loss[rows] = result.loss
             plan.store_stats(rows, result)
             if result.grad is not None:
+                grad = plan.operand(result.grad)
                 if grad_hidden_unit is not None:
-                    torch.mm(result.grad, w, out=grad_hidden_unit[start : start + rows.numel()])
+                    plan.mm(grad, w, out=grad_hidden_unit[start : start + rows.numel()])
                 if grad_weight_unit is not None:
-                    grad_weight_unit.addmm_(result.grad.T, h)
+                    plan.add_grad_weight(grad_weight_unit, grad, h)
         ctx.save_for_backward(hidden, weight, labels, valid)
         ctx.plan = plan
         ctx.grad_hidden_unit = grad_hidden_unit
@@ -234,17 +283,17 @@ def _recompute_grad_weight(
     hidden: Tensor, weight: Tensor, labels: Tensor, valid: Tensor, upstream: Tensor, plan: _Plan
 ) -> Tensor:
     """d weight = sum_i g_i G_i^T h_i for a per-token upstream gradient g that differs between rows."""
-    w = weight.to(plan.cdtype)
-    grad_weight = torch.zeros_like(w)
+    w = plan.operand(weight)
+    grad_weight = torch.zeros(w.shape, dtype=plan.cdtype, device=w.device)
     for start, rows in plan.chunks(valid):
         y = labels[rows]
-        h = hidden[rows].to(plan.cdtype)
-        grad = chunk_math(
-            plan.name, plan.params, h @ w.T, y, plan.similarity(y), want_grad=True, want_stats=False
+        h = plan.operand(hidden[rows])
+        grad = plan.row_math(
+            plan.name, plan.params, plan.mm(h, w.T), y, plan.similarity(y), want_grad=True, want_stats=False
         ).grad
         assert grad is not None
         grad.mul_(upstream[start : start + rows.numel()].unsqueeze(1))
-        grad_weight.addmm_(grad.T, h)
+        plan.add_grad_weight(grad_weight, plan.operand(grad), h)
     return grad_weight
 
 
@@ -303,6 +352,6 @@ def fused_token_loss(
             "dtype and device."
         )
     check_labels(labels, hidden.shape[0], weight.shape[0], hidden.device)
-    plan = _plan(name, params, weight.shape[0], hidden, chunk_size, return_stats)
+    plan = _plan(name, params, weight.shape[0], hidden, chunk_size, return_stats, _matmul_dtype(hidden))
     loss = _FusedLinear.apply(hidden, weight, labels.long(), plan)
     return _finish(loss, plan, return_stats)

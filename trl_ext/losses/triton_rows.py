@@ -1,0 +1,224 @@
+"""Triton row kernel: the closed-form math of `rows.chunk_math` for ce, gem_linear, gem_ls and emo, one program
+per row of a chunk of fp32 logits.
+
+Same contract as `rows.chunk_math` (so `chunked.py` drives both): the chunk's logits ``z`` [n, V] are overwritten
+in place with dL/dz (for a unit upstream gradient) when a gradient is wanted, and the per-token loss and the
+logging statistics come back as [n] vectors. The matrix products around it (logits = h W^T, dh = G W,
+dW += G^T h, EMO's similarity) stay cuBLAS calls made by the caller.
+
+Two passes over the row, tile by tile (BLOCK columns, everything in fp32):
+
+1. online statistics: running max and sum of exp for softmax(z) (CE, entropy, EMO) and for softmax(z / beta)
+   (GEM); the sums weighted by z, by GEM-LS's detached sigmoid weight, or by EMO's similarity; the argmax.
+2. the gradient, written over the logits; the -1_y term is applied inside its tile (no store-then-load of the
+   same address across threads), in fp32 before anything is rounded.
+
+Notation as in `rows.py`: p = softmax(z), q = softmax(z / beta), s_j = cos(e_y, e_j), l = -log p_y.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .kernels import TRITON_LOSSES
+from .rows import EMO_EPS, ChunkResult
+
+_LOSS_CODE = {name: code for code, name in enumerate(TRITON_LOSSES)}
+MAX_BLOCK = 8192  # columns per tile; a row of V = 128256 takes 16 tiles per pass
+EMO_EPS_ = tl.constexpr(EMO_EPS)
+
+
+@triton.jit
+def _online_add(m, total, tile_values, mask):
+    """Fold one tile into a running (max, sum of exp(x - max)); returns the new pair and the tile's exp(x - max)."""
+    new_m = tl.maximum(m, tl.max(tl.where(mask, tile_values, float("-inf")), axis=0))
+    e = tl.where(mask, tl.exp(tile_values - new_m), 0.0)
+    return new_m, total * tl.exp(m - new_m) + tl.sum(e, axis=0), e, tl.exp(m - new_m)
+
+
+@triton.jit
+def _distmatch_row_kernel(
+    z_ptr,
+    sim_ptr,
+    y_ptr,
+    loss_ptr,
+    ce_ptr,
+    entropy_ptr,
+    top1_ptr,
+    demd_ptr,
+    vocab,
+    z_stride,
+    sim_stride,
+    inv_beta,
+    LOSS: tl.constexpr,  # 0 ce, 1 gem_linear, 2 gem_ls, 3 emo
+    EMO1: tl.constexpr,  # EMO weighting: True emo1, False emo2
+    WANT_GRAD: tl.constexpr,
+    WANT_STATS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    z_row = z_ptr + row * z_stride
+    sim_row = sim_ptr + row * sim_stride
+    y = tl.load(y_ptr + row).to(tl.int32)
+    z_y = tl.load(z_row + y).to(tl.float32)
+    cols0 = tl.arange(0, BLOCK)
+
+    NEEDS_P: tl.constexpr = (LOSS == 0) or (LOSS == 3) or WANT_STATS
+    IS_GEM: tl.constexpr = (LOSS == 1) or (LOSS == 2)
+
+    # ---- pass 1: statistics ------------------------------------------------------------------------------------
+    m = float("-inf")  # softmax(z): running max, sum exp, sum exp * z, sum exp * s
+    sum_e = 0.0
+    sum_ez = 0.0
+    sum_es = 0.0
+    best = float("-inf")  # argmax
+    best_idx = 0
+    mb = float("-inf")  # softmax(z / beta): running max, sum exp, sum exp * z, sum exp * w, sum exp * w * z
+    sum_q = 0.0
+    sum_qz = 0.0
+    sum_qw = 0.0
+    sum_qwz = 0.0
+    for start in range(0, vocab, BLOCK):
+        cols = start + cols0
+        mask = cols < vocab
+        z = tl.load(z_row + cols, mask=mask, other=0.0).to(tl.float32)
+        if NEEDS_P:
+            m, sum_e, e, rescale = _online_add(m, sum_e, z, mask)
+            sum_ez = sum_ez * rescale + tl.sum(e * z, axis=0)
+            if LOSS == 3:
+                s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32)
+                sum_es = sum_es * rescale + tl.sum(e * s, axis=0)
+        if WANT_STATS:
+            tile_max = tl.max(tl.where(mask, z, float("-inf")), axis=0)
+            tile_arg = tl.argmax(tl.where(mask, z, float("-inf")), axis=0).to(tl.int32)
+            better = tile_max > best
+            best_idx = tl.where(better, start + tile_arg, best_idx)
+            best = tl.maximum(best, tile_max)
+        if IS_GEM:
+            mb, sum_q, eq, rescale_q = _online_add(mb, sum_q, z * inv_beta, mask)
+            sum_qz = sum_qz * rescale_q + tl.sum(eq * z, axis=0)
+            if LOSS == 2:
+                w = tl.sigmoid(0.01 * (z - z_y))
+                sum_qw = sum_qw * rescale_q + tl.sum(eq * w, axis=0)
+                sum_qwz = sum_qwz * rescale_q + tl.sum(eq * w * z, axis=0)
+
+    lse = 0.0
+    ce = 0.0
+    if NEEDS_P:
+        lse = m + tl.log(sum_e)
+        ce = lse - z_y
+    ce_weight = 1.0  # the "a" of a (p - 1_y); EMO changes it
+    demd_weight = 0.0  # the "b" of b p (s_mean - s)
+    s_mean = 0.0
+    if LOSS == 3:
+        s_mean = sum_es / sum_e
+    total_r = 1.0  # GEM-LS: R = sum_i r_i, subtracted at the target
+    if LOSS == 0:
+        loss = ce
+    elif LOSS == 1:
+        loss = sum_qz / sum_q - z_y
+    elif LOSS == 2:
+        total_r = sum_qw / sum_q
+        loss = sum_qwz / sum_q - z_y * total_r
+    else:
+        demd = 1.0 - s_mean
+        p_y = tl.exp(z_y - lse)
+        s_y = tl.load(sim_row + y).to(tl.float32)
+        # The official `gt_q` trick: the target's own mass left out of the value, not of the gradient.
+        e_val = tl.maximum(demd + p_y * s_y, 0.0)
+        if EMO1:
+            ratio = ce / (e_val + EMO_EPS_)
+            loss = 0.5 * (ce + ratio * e_val)
+            ce_weight = 0.5
+            demd_weight = 0.5 * ratio
+        else:
+            ce_weight = e_val / (ce + EMO_EPS_)
+            loss = ce_weight * ce + e_val
+            demd_weight = 1.0
+        if WANT_STATS:
+            tl.store(demd_ptr + row, demd)
+    tl.store(loss_ptr + row, loss)
+    if WANT_STATS:
+        tl.store(ce_ptr + row, ce)
+        tl.store(entropy_ptr + row, lse - sum_ez / sum_e)
+        tl.store(top1_ptr + row, (best_idx == y).to(tl.float32))
+
+    # ---- pass 2: dL/dz over the logits -------------------------------------------------------------------------
+    if WANT_GRAD:
+        for start in range(0, vocab, BLOCK):
+            cols = start + cols0
+            mask = cols < vocab
+            z = tl.load(z_row + cols, mask=mask, other=0.0).to(tl.float32)
+            at_target = cols == y
+            if IS_GEM:
+                g = tl.exp(z * inv_beta - mb) / sum_q  # q
+                if LOSS == 2:
+                    g = g * tl.sigmoid(0.01 * (z - z_y))  # r = q * w
+                g = tl.where(at_target, g - total_r, g)
+            else:
+                p = tl.exp(z - lse)
+                g = ce_weight * tl.where(at_target, p - 1.0, p)
+                if LOSS == 3:
+                    s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32)
+                    g += demd_weight * p * (s_mean - s)  # b * dDEMD/dz, dDEMD/dz = p (c - DEMD)
+            tl.store(z_row + cols, g, mask=mask)
+
+
+def block_size(vocab: int) -> int:
+    return min(MAX_BLOCK, triton.next_power_of_2(vocab))
+
+
+def triton_chunk_math(
+    name: str,
+    params: dict[str, Any],
+    z: Tensor,
+    y: Tensor,
+    similarity: Tensor | None,
+    *,
+    want_grad: bool,
+    want_stats: bool,
+) -> ChunkResult:
+    """`rows.chunk_math` for the losses in `TRITON_LOSSES`, on a float32 chunk (z overwritten by the gradient)."""
+    if name not in _LOSS_CODE:
+        raise ValueError(f"the Triton kernels implement {TRITON_LOSSES}, not {name!r}")
+    if z.dtype != torch.float32:
+        raise ValueError(f"the Triton kernels take float32 logits chunks, got {z.dtype}")
+    n, vocab = z.shape
+    z = z if z.stride(1) == 1 else z.contiguous()
+    loss = z.new_empty(n)
+    stats = {k: z.new_empty(n) for k in ("ce", "entropy", "top1_correct")} if want_stats else {}
+    if want_stats and name == "emo":
+        stats["demd"] = z.new_empty(n)
+    if name == "emo":
+        assert similarity is not None and similarity.shape == z.shape
+        sim = similarity if similarity.stride(1) == 1 else similarity.contiguous()
+    else:
+        sim = z  # never read
+    if n:
+        dummy = loss
+        _distmatch_row_kernel[(n,)](
+            z,
+            sim,
+            y,
+            loss,
+            stats.get("ce", dummy),
+            stats.get("entropy", dummy),
+            stats.get("top1_correct", dummy),
+            stats.get("demd", dummy),
+            vocab,
+            z.stride(0),
+            sim.stride(0),
+            1.0 / params["beta"] if name.startswith("gem") else 1.0,
+            LOSS=_LOSS_CODE[name],
+            EMO1=params.get("weighting", "emo1") == "emo1",
+            WANT_GRAD=want_grad,
+            WANT_STATS=want_stats,
+            BLOCK=block_size(vocab),
+            num_warps=8 if vocab >= 4096 else 4,
+        )
+    return ChunkResult(loss, z if want_grad else None, **stats)
