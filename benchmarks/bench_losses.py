@@ -563,7 +563,7 @@ def report(results: list[dict], meta: dict) -> str:
     return (
         f"{header}\n## Results\n\n{results_table(results)}\n\n## Anchors\n\n{anchors_table(results)}\n\n"
         f"## Targets (issue #2, ratios to hf_ce)\n\n{targets_table(results)}\n\n"
-        f"## Against the fused cross-entropies (issue 8)\n\n{fused_ce_table(results)}\n"
+        f"## Against the fused cross-entropies (issue 8; its targets are for GPUs)\n\n{fused_ce_table(results)}\n"
     )
 
 
