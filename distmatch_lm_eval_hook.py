@@ -4,7 +4,7 @@ lm-eval 0.4.13 has no plugin mechanism for tasks (no entry points, no environmen
 ``lm_eval/tasks`` folder plus whatever ``--include_path`` / ``TaskManager(include_path=...)`` names. The distmatch
 wheel installs ``distmatch_lm_eval_hook.pth`` at the root of site-packages; Python runs its single line,
 ``import distmatch_lm_eval_hook``, at every interpreter start. So this module is cheap and inert: it imports only
-``os``/``sys`` and puts one ``sys.meta_path`` finder first, which ignores every import except that of
+``os``/``sys`` (and the shared ``distmatch_import_hook``) and puts one ``sys.meta_path`` finder first, which ignores every import except that of
 ``lm_eval.tasks.manager``. Right after that module has run, ``TaskManager.__init__`` is wrapped so that the
 distmatch task folder (``eval_tasks/lm_eval_tasks``, located without importing ``eval_tasks``) is searched after
 lm-eval's own tasks and before the user's ``include_path`` (the precedence of lm-eval's upcoming ``lm_eval.tasks``
@@ -23,21 +23,18 @@ from __future__ import annotations
 import os
 import sys
 
-ENV_SWITCH = "DISTMATCH_LM_EVAL_HOOK"
-ENV_DEBUG = "DISTMATCH_DEBUG"
-TARGET_MODULE = "lm_eval.tasks.manager"
-_OFF_VALUES = ("0", "false", "no", "off")
+from distmatch_import_hook import PatchAfterImport, debug, switched_on
 
-_finder = None  # the installed finder, if any
+ENV_SWITCH = "DISTMATCH_LM_EVAL_HOOK"
+TARGET_MODULE = "lm_eval.tasks.manager"
 
 
 def _debug(message: str) -> None:
-    if os.environ.get(ENV_DEBUG, "").strip().lower() not in ("", *_OFF_VALUES):
-        print(f"distmatch_lm_eval_hook[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+    debug("distmatch_lm_eval_hook", message)
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in _OFF_VALUES
+    return switched_on(ENV_SWITCH)
 
 
 def task_dir() -> str | None:
@@ -108,73 +105,23 @@ def patch_task_manager(module: object) -> bool:
     return True
 
 
-class _PatchAfterExec:
-    """Loader wrapper: runs the real loader, restores it on the module, then patches."""
-
-    def __init__(self, loader: object) -> None:
-        self._loader = loader
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._loader, name)
-
-    def create_module(self, spec: object) -> object:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: object) -> None:
-        uninstall()
-        try:
-            self._loader.exec_module(module)
-        finally:
-            module.__spec__.loader = self._loader
-            module.__loader__ = self._loader
-        try:
-            patch_task_manager(module)
-        except Exception as err:
-            _debug(f"not patched: {err!r}")
+def _patch_quietly(module: object) -> None:
+    try:
+        patch_task_manager(module)
+    except Exception as err:  # never break lm-eval; it then runs without our tasks
+        _debug(f"not patched: {err!r}")
 
 
-class TaskManagerImportFinder:
-    """``sys.meta_path`` finder acting once, on the first import of ``lm_eval.tasks.manager``."""
-
-    def __init__(self) -> None:
-        self.done = False
-
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
-        if fullname != TARGET_MODULE or self.done:
-            return None
-        self.done = True  # also stops the recursion through find_spec below
-        from importlib.util import find_spec
-
-        spec = find_spec(fullname)  # what the other finders give (the parent package is imported already)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _PatchAfterExec(spec.loader)
-        return spec
-
-
-def install() -> None:
-    global _finder
-    if _finder is None:
-        _finder = TaskManagerImportFinder()
-        sys.meta_path.insert(0, _finder)
-
-
-def uninstall() -> None:
-    """Take the finder out of ``sys.meta_path``."""
-    global _finder
-    if _finder is not None:
-        if _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
-        _finder = None
+finder = PatchAfterImport(TARGET_MODULE, _patch_quietly, source="distmatch_lm_eval_hook")
 
 
 def _activate() -> None:
     if not enabled():
         return
     if TARGET_MODULE in sys.modules:  # imported before us (not the case at interpreter start)
-        patch_task_manager(sys.modules[TARGET_MODULE])
+        _patch_quietly(sys.modules[TARGET_MODULE])
         return
-    install()
+    finder.install()
 
 
 try:

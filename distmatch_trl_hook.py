@@ -2,7 +2,7 @@
 
 The distmatch wheel installs `distmatch_trl_hook.pth` at the root of site-packages; Python runs its single line,
 `import distmatch_trl_hook`, at every interpreter start. So this module is cheap and inert: it imports nothing
-beyond `os`/`sys`, looks only at `sys.argv` (and, for `--config file.yaml`, at that file), and never raises.
+beyond `os`/`sys` (and the shared `distmatch_import_hook`), looks only at `sys.argv` (and, for `--config file.yaml`, at that file), and never raises.
 
 It activates only when both hold:
 
@@ -24,8 +24,9 @@ The hook-free route is the `distmatch-trl sft ...` console script.
 
 from __future__ import annotations
 
-import os
 import sys
+
+from distmatch_import_hook import PatchAfterImport, debug, switched_on
 
 #: Our `SFTConfig` fields. Kept in sync with `trl_ext.config` / `trl_ext.options.LOSS_OPTIONS` by the tests
 #: (this module must not import them: they import torch).
@@ -42,16 +43,11 @@ OPTION_NAMES = (
 OPTION_PREFIXES = ("emo_",)
 
 ENV_SWITCH = "DISTMATCH_TRL_HOOK"
-ENV_DEBUG = "DISTMATCH_DEBUG"
-_OFF_VALUES = ("0", "false", "no", "off")
-
-_finder = None  # the installed finder, if any
 _TOP_LEVEL_KEY = r"""^(["']?)([A-Za-z_][\w-]*)\1\s*:(\s|$)"""  # a block mapping's unindented `key:`
 
 
 def _debug(message: str) -> None:
-    if os.environ.get(ENV_DEBUG, "").strip().lower() not in ("", *_OFF_VALUES):
-        print(f"distmatch_trl_hook[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+    debug("distmatch_trl_hook", message)
 
 
 def _is_our_key(name: str) -> bool:
@@ -108,7 +104,7 @@ def distmatch_options(args: list[str]) -> list[str]:
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in _OFF_VALUES
+    return switched_on(ENV_SWITCH)
 
 
 def should_activate(argv: list[str]) -> list[str]:
@@ -129,74 +125,19 @@ def patch_trl() -> None:
     _debug("trl.SFTConfig -> DistMatchSFTConfig, trl.SFTTrainer -> DistMatchSFTTrainer")
 
 
-class _PatchAfterExec:
-    """Loader wrapper: runs the real loader for `trl`, puts the real loader back, then patches."""
-
-    def __init__(self, loader: object) -> None:
-        self._loader = loader
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._loader, name)
-
-    def create_module(self, spec: object) -> object:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: object) -> None:
-        uninstall()
-        try:
-            self._loader.exec_module(module)
-        finally:  # `trl` looks as if imported normally (importlib.resources etc. use its loader)
-            if getattr(module, "__spec__", None) is not None:
-                module.__spec__.loader = self._loader
-            module.__loader__ = self._loader
-        try:
-            patch_trl()
-        except Exception as err:  # loud: the user asked for a distmatch option that will now be refused
-            print(
-                f"distmatch: could not enable the distmatch options of `trl sft` ({type(err).__name__}: {err}); "
-                "TRL runs unchanged. `distmatch-trl sft ...` gives the same options without this hook.",
-                file=sys.stderr,
-                flush=True,
-            )
+def _patch_loudly(module: object = None) -> None:
+    try:
+        patch_trl()
+    except Exception as err:  # loud: the user asked for a distmatch option that will now be refused
+        print(
+            f"distmatch: could not enable the distmatch options of `trl sft` ({type(err).__name__}: {err}); "
+            "TRL runs unchanged. `distmatch-trl sft ...` gives the same options without this hook.",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
-class TrlImportFinder:
-    """`sys.meta_path` finder acting once, on the first import of the top-level `trl` package."""
-
-    def __init__(self) -> None:
-        self.done = False
-
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
-        if fullname != "trl" or self.done:
-            return None
-        self.done = True  # also stops the recursion through find_spec below
-        try:
-            from importlib.util import find_spec
-
-            spec = find_spec("trl")  # what the other finders give
-        except Exception as err:  # leave `import trl` to the other finders
-            _debug(f"not patching trl: {err!r}")
-            return None
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _PatchAfterExec(spec.loader)
-        return spec
-
-
-def install() -> None:
-    global _finder
-    if _finder is None:
-        _finder = TrlImportFinder()
-        sys.meta_path.insert(0, _finder)  # before the path finder, which would find `trl` first
-
-
-def uninstall() -> None:
-    """Take the finder out of `sys.meta_path` (never while an import iterates over it)."""
-    global _finder
-    if _finder is not None:
-        if _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
-        _finder = None
+finder = PatchAfterImport("trl", _patch_loudly, source="distmatch_trl_hook")
 
 
 def _activate() -> None:
@@ -206,10 +147,10 @@ def _activate() -> None:
     if not reasons:
         return
     if "trl" in sys.modules:  # too late for the finder (not the case at interpreter start)
-        patch_trl()
+        _patch_loudly()
         return
     _debug(f"active in {sys.argv[0]} (options: {', '.join(reasons)})")
-    install()
+    finder.install()
 
 
 try:

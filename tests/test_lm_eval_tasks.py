@@ -642,7 +642,7 @@ def test_hook_adds_task_folder_and_env_switch(wheel_python: Path, workdir: Path,
     plain = (
         "import sys, distmatch_lm_eval_hook as h;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lm_eval', 'eval_tasks', 'trl_ext', 'torch')));"
-        "print(any(isinstance(f, h.TaskManagerImportFinder) for f in sys.meta_path))"
+        "print(h.finder in sys.meta_path)"
     )
     assert _check(_run([str(wheel_python), "-c", plain], env, workdir)).stdout.splitlines() == ["[]", "True"]
 

@@ -248,7 +248,7 @@ def test_interpreter_start_stays_inert(wheel_venv, tmp_path):
     """Every Python start imports the hook; outside `trl sft` with our options it installs nothing, imports nothing."""
     probe = (
         "import json, sys; print(json.dumps({'hook': 'distmatch_trl_hook' in sys.modules, "
-        "'finder': [type(f).__name__ for f in sys.meta_path if type(f).__name__ == 'TrlImportFinder'], "
+        "'finder': [f.target for f in sys.meta_path if getattr(f, 'target', None) == 'trl'], "
         "'heavy': [m for m in ('trl', 'trl_ext', 'yaml', 'torch') if m in sys.modules], "
         "'trl_ext': __import__('importlib.util').util.find_spec('trl_ext').origin}))"
     )
@@ -274,9 +274,9 @@ def test_interpreter_start_stays_inert(wheel_venv, tmp_path):
     plain = start("-c", probe)
     assert plain["hook"] and not plain["finder"] and not plain["heavy"]
     assert plain["trl_ext"].startswith(str(wheel_venv.site_packages))  # the wheel, not the editable checkout
-    assert start(str(fake), "sft", "--loss", "emo")["finder"] == ["TrlImportFinder"]
+    assert start(str(fake), "sft", "--loss", "emo")["finder"] == ["trl"]
     with_config = start(str(fake), "sft", "--config", str(config))
-    assert with_config["finder"] == ["TrlImportFinder"] and "trl" not in with_config["heavy"]
+    assert with_config["finder"] == ["trl"] and "trl" not in with_config["heavy"]
     assert not start(str(fake), "sft", "--model_name_or_path", "m")["finder"]
     assert not start(str(fake), "dpo", "--loss", "emo")["finder"]
     assert not start(str(fake), "sft", "--loss", "emo", DISTMATCH_TRL_HOOK="0")["finder"]

@@ -1,0 +1,89 @@
+"""The mechanism both distmatch activation hooks share: run a callback right after a given module is imported.
+
+`distmatch_trl_hook` (``trl``) and `distmatch_lm_eval_hook` (``lm_eval.tasks.manager``) are imported by ``.pth``
+files at every interpreter start, so this module imports only ``os``/``sys`` and does nothing until asked.
+`PatchAfterImport.install()` puts one ``sys.meta_path`` finder first. On the first import of the target module it
+takes the spec the other finders give, wraps its loader so that, once the module's code has run, the real loader
+is put back (the module looks normally imported: ``importlib.resources`` and friends use ``__spec__.loader``), the
+finder leaves ``sys.meta_path``, and the callback runs with the module. Every other import passes through
+untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+OFF_VALUES = ("0", "false", "no", "off")
+ENV_DEBUG = "DISTMATCH_DEBUG"
+
+
+def switched_on(variable: str) -> bool:
+    """False when the environment variable says 0/false/no/off; on by default."""
+    return os.environ.get(variable, "1").strip().lower() not in OFF_VALUES
+
+
+def debug(source: str, message: str) -> None:
+    """A decision of a hook, on stderr when DISTMATCH_DEBUG is set (to anything but 0/false/no/off)."""
+    if os.environ.get(ENV_DEBUG, "").strip().lower() not in ("", *OFF_VALUES):
+        print(f"{source}[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+class _LoaderThenCallback:
+    """Loader wrapper: runs the real loader, puts it back on the module, then calls the hook's callback."""
+
+    def __init__(self, loader: object, hook: PatchAfterImport) -> None:
+        self._loader = loader
+        self._hook = hook
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: object) -> object:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: object) -> None:
+        self._hook.uninstall()
+        try:
+            self._loader.exec_module(module)
+        finally:
+            if getattr(module, "__spec__", None) is not None:
+                module.__spec__.loader = self._loader
+            module.__loader__ = self._loader
+        self._hook.on_imported(module)  # the callback reports its own errors (quietly or loudly)
+
+
+class PatchAfterImport:
+    """``sys.meta_path`` finder acting once, on the first import of `target`, then calling `on_imported(module)`."""
+
+    def __init__(self, target: str, on_imported: Callable[[object], object], source: str) -> None:
+        self.target = target
+        self.on_imported = on_imported
+        self.source = source  # the hook's name, for debug messages
+        self.done = False
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
+        if fullname != self.target or self.done:
+            return None
+        self.done = True  # also stops the recursion through find_spec below
+        try:
+            from importlib.util import find_spec
+
+            spec = find_spec(fullname)  # what the other finders give (parent packages are imported already)
+        except Exception as err:  # leave the import to the other finders
+            debug(self.source, f"not patching {fullname}: {err!r}")
+            return None
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _LoaderThenCallback(spec.loader, self)
+        return spec
+
+    def install(self) -> None:
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)  # before the path finder, which would find the module first
+
+    def uninstall(self) -> None:
+        """Leave ``sys.meta_path`` (called from the loader: never while an import iterates over it)."""
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
