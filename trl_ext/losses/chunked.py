@@ -151,9 +151,11 @@ def _plan(
 def _matmul_dtype(hidden: Tensor) -> torch.dtype | None:
     """On CUDA, 16-bit products stay 16-bit with float32 outputs: no float32 copy of the head, tensor-core speed.
 
-    Elsewhere (and for 32/64-bit inputs) None: the operands are converted to the compute dtype.
+    Elsewhere (and for 32/64-bit inputs, or a torch without `mm(..., out_dtype=)`, added in 2.8) None: the
+    operands are converted to the compute dtype.
     """
-    if hidden.is_cuda and hidden.dtype in (torch.float16, torch.bfloat16):
+    mixed_mm = hasattr(torch.ops.aten.mm, "dtype") and hasattr(torch.ops.aten.addmm, "dtype_out")
+    if mixed_mm and hidden.is_cuda and hidden.dtype in (torch.float16, torch.bfloat16):
         return hidden.dtype
     return None
 
