@@ -169,8 +169,14 @@ def _distmatch_row_kernel(
             tl.store(z_row + cols, g, mask=mask)
 
 
-def block_size(vocab: int) -> int:
-    return min(MAX_BLOCK, triton.next_power_of_2(vocab))
+def launch_config(vocab: int) -> tuple[int, int]:
+    """(BLOCK columns per tile, num_warps) for a row of `vocab` logits.
+
+    16 warps at the 8192-wide tile keep every variant at <= 110 registers per thread without spills on sm_90
+    (8 warps would need up to 242 for EMO with statistics); `tests/triton_compile_check.py` checks both.
+    """
+    block = min(MAX_BLOCK, triton.next_power_of_2(vocab))
+    return block, 16 if block >= 8192 else 8 if block >= 2048 else 4
 
 
 def triton_chunk_math(
@@ -201,6 +207,7 @@ def triton_chunk_math(
         sim = z  # never read
     if n:
         dummy = loss
+        block, num_warps = launch_config(vocab)
         _distmatch_row_kernel[(n,)](
             z,
             sim,
@@ -218,7 +225,7 @@ def triton_chunk_math(
             EMO1=params.get("weighting", "emo1") == "emo1",
             WANT_GRAD=want_grad,
             WANT_STATS=want_stats,
-            BLOCK=block_size(vocab),
-            num_warps=8 if vocab >= 4096 else 4,
+            BLOCK=block,
+            num_warps=num_warps,
         )
     return ChunkResult(loss, z if want_grad else None, **stats)
