@@ -31,8 +31,9 @@ from .registry import (
     check_chunk_size,
     check_floating,
     check_labels,
+    checked_cost_embedding,
     compute_dtype,
-    normalized_cost_embedding,
+    cost_inverse_norms,
     resolve,
 )
 from .rows import chunk_math
@@ -79,7 +80,8 @@ class _Plan:
     cdtype: torch.dtype
     chunk_size: int
     want_stats: bool
-    cost_hat: Tensor | None
+    cost_embedding: Tensor | None  # EMO: the raw cost embedding in the matmul dtype (no normalised copy) ...
+    cost_inv_norm: Tensor | None  # ... and 1 / its row norms, applied to each chunk's similarity rows
     row_math: RowMath
     matmul_dtype: torch.dtype  # the matmul operands' dtype (float32 results either way)
     grad_enabled: bool = field(default_factory=torch.is_grad_enabled)
@@ -102,9 +104,11 @@ class _Plan:
             torch.addmm(grad_weight, grad.T, h, out_dtype=self.cdtype, out=grad_weight)
 
     def similarity(self, y: Tensor) -> Tensor | None:
-        if self.cost_hat is None:
+        if self.cost_embedding is None or self.cost_inv_norm is None:
             return None
-        return self.mm(self.cost_hat[y], self.cost_hat.T)  # s_ij = cos(e_{y_i}, e_j), one [n, V] matmul
+        # s_ij = cos(e_{y_i}, e_j) = (e_{y_i} . e_j) / (|e_{y_i}| |e_j|): one [n, V] matmul, scaled in place.
+        sim = self.mm(self.cost_embedding[y], self.cost_embedding.T)
+        return sim.mul_(self.cost_inv_norm[y].unsqueeze(1)).mul_(self.cost_inv_norm)
 
     def chunks(self, valid_rows: Tensor):
         for start in range(0, valid_rows.numel(), self.chunk_size):
@@ -133,19 +137,27 @@ def _plan(
     check_chunk_size(chunk_size)
     cdtype = compute_dtype(inputs.dtype)
     row_math = select_row_math(name, inputs.device, cdtype)
-    cost_hat = None
+    cost_embedding = cost_inv_norm = None
     if spec.needs_cost_embedding:
-        cost_hat = normalized_cost_embedding(
-            resolved.pop("cost_embedding"), vocab_size, inputs.device, cdtype
-        )
-        if matmul_dtype is not None:
-            cost_hat = cost_hat.to(matmul_dtype)  # normalised in float32, stored like the head
+        raw = checked_cost_embedding(resolved.pop("cost_embedding"), vocab_size, inputs.device)
+        cost_inv_norm = cost_inverse_norms(raw, cdtype)
+        cost_embedding = raw.to(matmul_dtype or cdtype)  # no copy when it already has that dtype
     if chunk_size is None:
         # The torch closed forms keep ~3 (EMO 4) [rows, V] float32 buffers per chunk, the Triton kernel 1 (EMO 2).
-        emo, in_place = cost_hat is not None, row_math is not chunk_math
+        emo, in_place = cost_embedding is not None, row_math is not chunk_math
         buffers = (2 if emo else 1) if in_place else (4 if emo else 3)
         chunk_size = auto_chunk_size(vocab_size, cdtype, buffers=buffers, device=inputs.device)
-    return _Plan(name, resolved, cdtype, chunk_size, want_stats, cost_hat, row_math, matmul_dtype or cdtype)
+    return _Plan(
+        name,
+        resolved,
+        cdtype,
+        chunk_size,
+        want_stats,
+        cost_embedding,
+        cost_inv_norm,
+        row_math,
+        matmul_dtype or cdtype,
+    )
 
 
 def _matmul_dtype(hidden: Tensor) -> torch.dtype | None:

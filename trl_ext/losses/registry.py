@@ -197,13 +197,13 @@ def check_chunk_size(chunk_size: Any) -> None:
         raise ValueError(f"chunk_size must be a positive int or None (automatic), got {chunk_size!r}.")
 
 
-def normalized_cost_embedding(
-    cost_embedding: torch.Tensor, vocab_size: int, device: torch.device, dtype: torch.dtype
-) -> torch.Tensor:
-    """Validate EMO's cost embedding and return its rows L2-normalised (detached, in the compute dtype).
+COST_NORM_EPS = (
+    1e-12  # an all-zero row keeps norm "1": it stays zero, costing 1 to every token instead of NaN
+)
 
-    An all-zero row stays zero (epsilon in the norm) so it costs 1 to every token instead of turning into NaN.
-    """
+
+def checked_cost_embedding(cost_embedding: Any, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """Validate EMO's cost embedding ([vocab_size, d], floating, on `device`); return it detached."""
     check_floating("cost_embedding", cost_embedding, 2)
     if cost_embedding.shape[0] != vocab_size:
         raise ValueError(
@@ -212,5 +212,19 @@ def normalized_cost_embedding(
         )
     if cost_embedding.device != device:
         raise ValueError(f"cost_embedding is on {cost_embedding.device} but the inputs are on {device}.")
-    emb = cost_embedding.detach().to(dtype)
-    return torch.nn.functional.normalize(emb, dim=1, eps=1e-12)
+    return cost_embedding.detach()
+
+
+def cost_inverse_norms(cost_embedding: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """1 / max(||e_i||, eps) per row, computed in `dtype` without a converted copy of the embedding."""
+    wide = torch.promote_types(cost_embedding.dtype, dtype)  # never narrowed inside the norm
+    norms = torch.linalg.vector_norm(cost_embedding, dim=1, dtype=wide).to(dtype)
+    return norms.clamp_min_(COST_NORM_EPS).reciprocal_()
+
+
+def normalized_cost_embedding(
+    cost_embedding: torch.Tensor, vocab_size: int, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """Validate EMO's cost embedding and return its rows L2-normalised (detached, in the compute dtype)."""
+    emb = checked_cost_embedding(cost_embedding, vocab_size, device).to(dtype)
+    return torch.nn.functional.normalize(emb, dim=1, eps=COST_NORM_EPS)
