@@ -38,10 +38,11 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _harness import fmt, library_versions, run_worker_process, write_outputs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "out"
@@ -404,29 +405,7 @@ def build_cases(args: argparse.Namespace) -> list[dict]:
 
 
 def run_case(case: dict, timeout: float | None) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_worker", json.dumps(case)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(case["threads"]), "TOKENIZERS_PARALLELISM": "false"}
-    env["DISTMATCH_KERNELS"] = case["kernels"]
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=timeout, cwd=REPO_ROOT)
-    except subprocess.TimeoutExpired:
-        return {**case, "error": f"timed out after {timeout:.0f} s"}
-    wall = time.perf_counter() - start
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        reason = f"exit code {proc.returncode}" + (
-            " (killed: out of memory?)" if proc.returncode in (-9, 137) else ""
-        )
-        return {**case, "error": reason}
-    result = json.loads(lines[-1])
-    if "error" not in result:
-        result["case_wall_s"] = wall
-    return result
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    return run_worker_process(__file__, case, timeout, env={"DISTMATCH_KERNELS": case["kernels"]})
 
 
 def add_ratios(results: list[dict]) -> None:
@@ -470,7 +449,7 @@ def fused_ce_table(results: list[dict]) -> str:
         met = memory is not None and memory <= target[0] and time_ratio <= target[1]
         rows.append(
             f"| {r['shape']} | {r['loss']} | {r['time_s'] * 1e3:.1f} | {time_ratio:.2f} ({r['fastest_fused_ce']}) | "
-            f"≤ {target[1]} | {r['extra_mib']:.0f} | {_fmt(memory, '.2f')} | ≤ {target[0]} | "
+            f"≤ {target[1]} | {r['extra_mib']:.0f} | {fmt(memory, '.2f')} | ≤ {target[0]} | "
             f"{'met' if met else 'not met'} |"
         )
     return "\n".join(rows)
@@ -486,9 +465,9 @@ def results_table(results: list[dict]) -> str:
             rows.append(f"| {r['shape']} | {r['loss']} | {r['path']} | error: {r['error']} | | | | | | |")
             continue
         rows.append(
-            f"| {r['shape']} | {r['loss']} | {r['path']} | {r['time_s']:.2f} | {_fmt(r['time_ratio'], '.2f')} | "
-            f"{r['extra_mib']:.0f} | {_fmt(r['memory_ratio'], '.2f')} | {r['cpu_s']:.2f} | "
-            f"{_fmt(r['cpu_ratio'], '.2f')} | {r['loss_value']:.4f} |"
+            f"| {r['shape']} | {r['loss']} | {r['path']} | {r['time_s']:.2f} | {fmt(r['time_ratio'], '.2f')} | "
+            f"{r['extra_mib']:.0f} | {fmt(r['memory_ratio'], '.2f')} | {r['cpu_s']:.2f} | "
+            f"{fmt(r['cpu_ratio'], '.2f')} | {r['loss_value']:.4f} |"
         )
     return "\n".join(rows)
 
@@ -517,7 +496,7 @@ def targets_table(results: list[dict]) -> str:
         )
         rows.append(
             f"| {r['shape']} | {r['loss']} | {r['path']} | {r['memory_ratio']:.3f} | ≤ {target[0]} | "
-            f"{r['time_ratio']:.2f} | ≤ {target[1]} | {status} | {_fmt(r['cpu_ratio'], '.2f')} |"
+            f"{r['time_ratio']:.2f} | ≤ {target[1]} | {status} | {fmt(r['cpu_ratio'], '.2f')} |"
         )
     return "\n".join(rows)
 
@@ -537,7 +516,7 @@ def anchors_table(results: list[dict]) -> str:
             continue
         rows.append(
             f"| {r['shape']} | {r['path']} | {ANCHOR_LABELS[r['path']]} | {r['extra_mib']:.0f} | "
-            f"{_fmt(r['memory_ratio'], '.3f')} | {_fmt(r['time_ratio'], '.2f')} | {ANCHOR_CLAIMS.get(r['path'], '')} |"
+            f"{fmt(r['memory_ratio'], '.3f')} | {fmt(r['time_ratio'], '.2f')} | {ANCHOR_CLAIMS.get(r['path'], '')} |"
         )
     return "\n".join(rows)
 
@@ -565,15 +544,6 @@ def report(results: list[dict], meta: dict) -> str:
         f"## Targets (issue #2, ratios to hf_ce)\n\n{targets_table(results)}\n\n"
         f"## Against the fused cross-entropies (issue 8; its targets are for GPUs)\n\n{fused_ce_table(results)}\n"
     )
-
-
-def _versions() -> dict:
-    code = (
-        "import json, torch, transformers, trl; print(json.dumps({'torch': torch.__version__, "
-        "'transformers': transformers.__version__, 'trl': trl.__version__, 'cuda': torch.cuda.is_available()}))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _cpu_name() -> str:
@@ -673,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_worker(json.loads(args._worker))), flush=True)
         return 0
 
-    versions = _versions()
+    versions = library_versions()
     if args.device == "auto":
         args.device = "cuda" if versions["cuda"] else "cpu"
     cuda = args.device.startswith("cuda")
@@ -719,12 +689,8 @@ def main(argv: list[str] | None = None) -> int:
     text = report(results, meta)
     print(text)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         stem = f"bench_losses-{'-'.join(args.shapes)}-{meta['date'].replace(':', '')}"
-        (out / f"{stem}.md").write_text(text)
-        (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
-        log(f"wrote {out / stem}.md and .json")
+        log(f"wrote {write_outputs(args.out, stem, text, meta, results)}.md and .json")
     return 1 if all("error" in r for r in results) else 0
 
 

@@ -32,10 +32,11 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _harness import fmt, library_versions, run_worker_process, write_outputs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = REPO_ROOT / "examples" / "demo"
@@ -168,33 +169,12 @@ def run_worker(case: dict) -> dict:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def run_case(case: dict, timeout: float | None) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_worker", json.dumps(case)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(case["threads"]), "TOKENIZERS_PARALLELISM": "false"}
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=timeout, cwd=REPO_ROOT)
-    except subprocess.TimeoutExpired:
-        return {**case, "error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return {
-            **case,
-            "error": f"exit code {proc.returncode}"
-            + (" (out of memory?)" if proc.returncode in (-9, 137) else ""),
-        }
-    return json.loads(lines[-1])
-
-
 def add_ratios(results: list[dict]) -> None:
     base = next((r for r in results if r["loss"] == BASELINE and "error" not in r), None)
     for r in results:
         ok = base is not None and "error" not in r
         r["speed_ratio"] = r["tokens_per_s"] / base["tokens_per_s"] if ok else None
         r["memory_ratio"] = r["peak_mib"] / base["peak_mib"] if ok else None
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def results_table(results: list[dict]) -> str:
@@ -214,9 +194,9 @@ def results_table(results: list[dict]) -> str:
                                       ("memory", r["memory_ratio"] <= MAX_MEMORY_RATIO)) if not ok]  # fmt: skip
             goal = "met" if not misses else f"not met ({', '.join(misses)})"
         rows.append(
-            f"| {r['loss']} | {trainer} | {r['tokens_per_s']:.0f} | {_fmt(r['speed_ratio'], '.2f')} | "
-            f"{r['peak_mib']:.0f} | {_fmt(r['memory_ratio'], '.2f')} | {r['seconds_per_step']:.2f} | "
-            f"{_fmt(r['first_loss'], '.3f')} → {_fmt(r['last_loss'], '.3f')} | {goal} |"
+            f"| {r['loss']} | {trainer} | {r['tokens_per_s']:.0f} | {fmt(r['speed_ratio'], '.2f')} | "
+            f"{r['peak_mib']:.0f} | {fmt(r['memory_ratio'], '.2f')} | {r['seconds_per_step']:.2f} | "
+            f"{fmt(r['first_loss'], '.3f')} → {fmt(r['last_loss'], '.3f')} | {goal} |"
         )
     return "\n".join(rows)
 
@@ -235,15 +215,6 @@ def report(results: list[dict], meta: dict) -> str:
         f"1-min load average {meta['load_before']:.1f} before, {meta['load_after']:.1f} after.\n\n"
         f"{results_table(results)}\n"
     )
-
-
-def _versions() -> dict:
-    code = (
-        "import json, torch, transformers, trl; print(json.dumps({'torch': torch.__version__, "
-        "'transformers': transformers.__version__, 'trl': trl.__version__, 'cuda': torch.cuda.is_available()}))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -299,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not losses:
         print(f"unknown loss {unknown}; choose from {', '.join(known)}", file=sys.stderr)
         return 2
-    versions = _versions()
+    versions = library_versions()
     device = ("cuda" if versions["cuda"] else "cpu") if args.device == "auto" else args.device
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     if args.model:
@@ -336,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                 "batch_size": args.batch_size, "max_length": args.max_length, "lora_r": args.lora_r,
                 "output_dir": str(Path(tmp) / loss),
             }  # fmt: skip
-            result = run_case(case, args.case_timeout)
+            result = run_worker_process(__file__, case, args.case_timeout)
             if "error" in result:
                 log(f"{loss}: ERROR {result['error']}")
             else:
@@ -347,12 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     text = report(results, meta)
     print(text)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         stem = f"bench_trl_training-{meta['date'].replace(':', '')}"
-        (out / f"{stem}.md").write_text(text)
-        (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
-        log(f"wrote {out / stem}.md and .json")
+        log(f"wrote {write_outputs(args.out, stem, text, meta, results)}.md and .json")
     return 1 if any("error" in r for r in results) else 0
 
 
