@@ -388,6 +388,21 @@ def _gem_protocol_notes(
     return notes
 
 
+def _paper_sbert_or_default(device: str | None) -> tuple[str | None, str | None]:
+    """GEM's Sentence-BERT model if it can be loaded, else the offline default and why (a warning is printed)."""
+    try:
+        M.load_sbert(M.GEM_SBERT_MODEL, device=device)
+        return M.GEM_SBERT_MODEL, None
+    except (ValueError, ImportError) as err:
+        reason = f"{M.GEM_SBERT_MODEL} could not be loaded ({' '.join(str(err).split())[:300]})"
+        print(
+            f"distmatch-eval diversity: warning: {reason}; Sentence-BERT diversity uses the offline default "
+            "instead (not comparable with GEM's Table 2). Give a local copy with --sbert-model PATH.",
+            file=sys.stderr,
+        )
+        return None, reason
+
+
 def cmd_diversity(args: argparse.Namespace) -> int:
     records = read_jsonl(args.samples)
     if not records:
@@ -401,7 +416,12 @@ def cmd_diversity(args: argparse.Namespace) -> int:
     bad = [m for m in metrics if m not in (*M.METRICS, "mauve")]
     if bad or not metrics:
         raise CliError(f"--metrics: unknown {bad or metrics}; valid: {', '.join((*M.METRICS, 'mauve'))}.")
-    scoring = args.scoring or ("prompt+response" if args.gem_compat else "response")
+    gem_official = args.protocol == "gem_official"
+    gem_compat = bool(args.gem_compat or gem_official)
+    scoring = args.scoring or ("prompt+response" if gem_compat else "response")
+    sbert_model, sbert_note = args.sbert_model, None
+    if gem_official and sbert_model is None and "sbert" in args.metrics:
+        sbert_model, sbert_note = _paper_sbert_or_default(args.device)
     meta = records[0].get("meta") if isinstance(records[0].get("meta"), dict) else None
     benchmark = (
         args.benchmark
@@ -425,8 +445,8 @@ def cmd_diversity(args: argparse.Namespace) -> int:
             records,
             diversity_metrics,
             include_prompt=scoring == "prompt+response",
-            gem_compat=args.gem_compat,
-            sbert_model=args.sbert_model,
+            gem_compat=gem_compat,
+            sbert_model=sbert_model,
             n_max=args.n_max,
             tokenizer=args.tokenizer,
             allow_empty=args.allow_empty,
@@ -438,6 +458,9 @@ def cmd_diversity(args: argparse.Namespace) -> int:
         result["settings"] = scored.settings
         result["per_prompt"] = scored.per_prompt
         notes = _gem_protocol_notes(scored.settings, meta, len(records), ks, benchmark)
+        if sbert_note:
+            notes = [n if not n.startswith("Sentence-BERT model") else f"{n}: {sbert_note}" for n in notes]
+        result["protocol"] = args.protocol
         result["protocol_differences"] = notes
         result["comparable_to_published"] = not notes
         if "ngram" in diversity_metrics and args.tokenizer != "punkt":
@@ -638,6 +661,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-o", "--output", help="output JSON (default: <samples>.diversity.json)")
     d.add_argument(
         "--metrics", default="ngram,self_bleu,sbert", help="comma list of ngram,self_bleu,sbert,mauve"
+    )
+    d.add_argument(
+        "--protocol",
+        choices=("default", "gem_official"),
+        default="default",
+        help="gem_official: GEM's published protocol (Table 2) in one switch - prompt+response scoring, Self-BLEU "
+        "against the first other sample (--gem-compat) and the paper's bert-large-nli-stsb-mean-tokens when it can "
+        "be loaded (else the offline default, with a warning and a recorded protocol difference); --scoring and "
+        "--sbert-model still override",
     )
     d.add_argument(
         "--gem-compat",

@@ -144,8 +144,13 @@ def icl_documents(
     cache_dir: str | bool | None = None,
     device: str | None = None,
     batch_size: int = 64,
+    openicl_round_trip: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The evaluation documents of one classification task (:func:`eval_tasks.nlu.build_icl_rows`) + retrieval info."""
+    """The evaluation documents of one classification task (:func:`eval_tasks.nlu.build_icl_rows`) + retrieval info.
+
+    `openicl_round_trip`: the retriever embeds each text after OpenICL's GPT-2 decode round trip
+    (:func:`eval_tasks.retrieval.openicl_round_trip`); the prompts keep the original texts, as in OpenICL.
+    """
     spec = nlu.get_spec(key)
     if not isinstance(spec, nlu.ClassificationSpec):
         raise ValueError(f"{spec.task} is not a retrieval (in-context classification) task.")
@@ -153,10 +158,11 @@ def icl_documents(
     test = load_split(spec.key, spec.path, spec.name, spec.revision, spec.test_split, data_dir)
     pool = load_split(spec.key, spec.path, spec.name, spec.revision, spec.pool_split, data_dir)
     test_rows, pool_rows = test.to_list(), pool.to_list()
+    embedded = retrieval.openicl_round_trip if openicl_round_trip else (lambda text: text)
     indices, scores, info = retrieval.retrieve(
         spec.task,
-        [row[spec.text_field] for row in test_rows],
-        [row[spec.text_field] for row in pool_rows],
+        [embedded(row[spec.text_field]) for row in test_rows],
+        [embedded(row[spec.text_field]) for row in pool_rows],
         int(ice_num),
         model=retriever_model,
         dataset={
@@ -166,13 +172,14 @@ def icl_documents(
             "test_split": spec.test_split,
             "pool_split": spec.pool_split,
             "local": bool(data_dir),
+            **({"text": "openicl_round_trip"} if openicl_round_trip else {}),
         },
         cache=cache_dir,
         device=device,
         batch_size=batch_size,
     )
     docs = nlu.build_icl_rows(spec, test_rows, pool_rows, indices, scores, template)
-    return docs, {**info, "template": template}
+    return docs, {**info, "template": template, "openicl_round_trip": bool(openicl_round_trip)}
 
 
 def mmlu_documents(*, data_dir: str | None = None) -> list[dict[str, Any]]:

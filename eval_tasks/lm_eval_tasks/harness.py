@@ -1,20 +1,11 @@
 """lm-eval task classes and dataset loaders of the distmatch tasks (the YAMLs in this folder point here).
 
 Task options come from the task metadata, i.e. lm-eval's ``--metadata '{...}'`` JSON (which also receives the
-``--model_args``); some also from environment variables. Unset options take the protocol's values.
-
-| option | env | default | tasks |
-|---|---|---|---|
-| ``retriever_model`` | ``DISTMATCH_RETRIEVER_MODEL`` | ``sentence-transformers/all-mpnet-base-v2`` | NLU (retrieval) |
-| ``template`` | | ``paper`` (or ``emo_code``) | NLU (retrieval) |
-| ``ice_num`` | | 8 | NLU (retrieval) |
-| ``retriever_device`` / ``retriever_batch_size`` | | auto / 64 | NLU (retrieval) |
-| ``cache_dir`` (``false`` = no cache) | ``DISTMATCH_EVAL_CACHE`` | ``~/.cache/distmatch/retrieval`` | NLU (retrieval) |
-| ``data_dir`` | ``DISTMATCH_EVAL_DATA_DIR`` | Hub datasets | NLU, MMLU, IFEval |
-| ``num_samples`` | | 16 | creative writing |
-| ``prompts_file`` | | the packaged GEM prompts | creative writing |
-| ``sbert_model`` | | ``eval_tasks.metrics`` default | creative writing |
-| ``gem_compat`` | | false | creative writing (Self-BLEU as GEM computed it) |
+``--model_args``); some also from environment variables. Every option, its default and valid values are in one
+table, :data:`eval_tasks.protocols.TASK_OPTIONS`; ``protocol`` (``emo_official``, ``gem_official``) selects a paper's
+published protocol as a preset of several options (:data:`eval_tasks.protocols.PROTOCOLS`). Each task class
+resolves its family's options once (explicit > protocol > default) and writes the resolved values back into its
+metadata, which lm-eval records in the results file.
 """
 
 from __future__ import annotations
@@ -31,9 +22,11 @@ from lm_eval.api.task import ConfigurableTask  # noqa: E402
 
 from eval_tasks import data  # noqa: E402
 from eval_tasks.creative import creative_documents, diversity_scores  # noqa: E402
-from eval_tasks.retrieval import RETRIEVER_ENV  # noqa: E402
+from eval_tasks.protocols import TASK_OPTIONS, protocol_differences, resolve_options  # noqa: E402
+from eval_tasks.retrieval import DEFAULT_RETRIEVER, RETRIEVER_ENV  # noqa: E402
 
 __all__ = [
+    "TASK_OPTIONS",
     "DistMatchTask",
     "DiversityTask",
     "ICLTask",
@@ -66,32 +59,38 @@ def _dataset_dict(docs: list[dict[str, Any]] | Any) -> Any:
 
 def load_icl_dataset(distmatch_task: str, **options: Any) -> Any:
     """Test documents of one retrieval task with demonstrations and per-label full prompts baked in."""
+    task = f"distmatch_{distmatch_task}"
+    resolved = resolve_options("icl", options, task)
     cache = data.option(options, "cache_dir")
     docs, info = data.icl_documents(
         distmatch_task,
-        template=str(data.option(options, "template", default="paper")),
+        template=resolved["template"],
         retriever_model=data.option(options, "retriever_model", RETRIEVER_ENV),
         ice_num=int(data.option(options, "ice_num", default=8)),
         data_dir=data.option(options, "data_dir", data.DATA_DIR_ENV),
         cache_dir=False if cache is not None and not _flag(cache) else cache,
         device=data.option(options, "retriever_device"),
         batch_size=int(data.option(options, "retriever_batch_size", default=64)),
+        openicl_round_trip=resolved["openicl_round_trip"],
     )
     log.info(
-        "distmatch_%s: %d test docs, %d demonstrations each retrieved with %s (%s template); retrieval %s %s",
-        distmatch_task,
+        "%s: %d test docs, %d demonstrations each retrieved with %s (%s template%s); retrieval %s %s",
+        task,
         len(docs),
         info["k"],
         info["encoder"],
         info["template"],
+        ", OpenICL text round trip" if info["openicl_round_trip"] else "",
         "read from" if info["cached"] else "written to",
         info["cache_file"],
     )
-    counts = _token_counts([p for doc in docs for p in doc["full_prompts"]], options, distmatch_task)
+    counts = _token_counts([p for doc in docs for p in doc["full_prompts"]], options, task)
     position = 0
     for doc in docs:
         n = len(doc["full_prompts"])
-        doc["token_counts"] = counts[position : position + n] if counts else []
+        doc["token_counts"] = counts["tokens"][position : position + n] if counts else []
+        doc["token_counts_openicl"] = counts["openicl"][position : position + n] if counts else []
+        doc["ppl_norm"] = resolved["ppl_norm"]
         position += n
     return _dataset_dict(docs)
 
@@ -99,15 +98,26 @@ def load_icl_dataset(distmatch_task: str, **options: Any) -> Any:
 _TOKENIZERS: dict[tuple[str, str | None], Any] = {}
 
 
-def _token_counts(texts: list[str], options: Mapping[str, Any], task: str) -> list[int] | None:
-    """Tokens of each full prompt under the evaluated model's tokenizer (``tokenizer`` / ``pretrained`` model arg).
+def openicl_token_count(input_ids: list[int], eos_token_id: int | None) -> int:
+    """The length OpenICL's PPL inferencer divides a prompt's summed token CE by.
 
-    These are the tokens lm-eval scores for an empty context (the whole prompt after a BOS/EOS prefix), so
-    log-likelihood / count is the mean token log-probability that OpenICL's PPL inferencer ranks by (``acc_ppl``).
+    OpenICL tokenises the prompt with the tokenizer's special tokens (LLaMA: a BOS in front), pads with EOS and
+    counts the non-padding positions, so the count is the special-token-encoded length without EOS tokens:
+    n + 1 for LLaMA's n text tokens.
+    """
+    return sum(1 for token in input_ids if token != eos_token_id)
+
+
+def _token_counts(texts: list[str], options: Mapping[str, Any], task: str) -> dict[str, list[int]] | None:
+    """Token counts of each full prompt under the evaluated model's tokenizer (``tokenizer`` / ``pretrained``).
+
+    ``tokens``: the tokens lm-eval scores for an empty context (the whole prompt after a BOS/EOS prefix), so
+    log-likelihood / count is the mean token log-probability (``acc_ppl``, ``ppl_norm: tokens``). ``openicl``:
+    the count OpenICL's PPL inferencer divides by (:func:`openicl_token_count`, ``ppl_norm: openicl``).
     """
     name = options.get("tokenizer") or options.get("pretrained")
     if not isinstance(name, str) or not name:
-        log.warning("distmatch_%s: no tokenizer name in the model args; acc_ppl will be NaN.", task)
+        log.warning("%s: no tokenizer name in the model args; acc_ppl will be NaN.", task)
         return None
     key = (name, options.get("revision"))
     try:
@@ -119,11 +129,16 @@ def _token_counts(texts: list[str], options: Mapping[str, Any], task: str) -> li
                 revision=options.get("revision") or None,
                 trust_remote_code=_flag(options.get("trust_remote_code")),
             )
-        encoded = _TOKENIZERS[key](texts, add_special_tokens=False)["input_ids"]
+        tokenizer = _TOKENIZERS[key]
+        plain = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        special = tokenizer(texts, add_special_tokens=True)["input_ids"]
     except Exception as err:  # a non-HF model: no per-token metric, everything else unchanged
-        log.warning("distmatch_%s: cannot load tokenizer %r (%s); acc_ppl will be NaN.", task, name, err)
+        log.warning("%s: cannot load tokenizer %r (%s); acc_ppl will be NaN.", task, name, err)
         return None
-    return [len(ids) for ids in encoded]
+    return {
+        "tokens": [len(ids) for ids in plain],
+        "openicl": [openicl_token_count(ids, tokenizer.eos_token_id) for ids in special],
+    }
 
 
 def load_mmlu_dataset(**options: Any) -> Any:
@@ -149,10 +164,13 @@ def _argmax(values: list[float]) -> int:
 
 def icl_process_results(doc: Mapping[str, Any], results: list[tuple[float, bool]]) -> dict[str, float]:
     """``acc``: the label whose whole prompt is most likely (total log-likelihood); ``acc_norm``: per character;
-    ``acc_ppl``: per token, i.e. lowest perplexity (OpenICL / OpenCompass PPL inferencer; NaN without a tokenizer)."""
+    ``acc_ppl``: per token, i.e. lowest perplexity (OpenICL / OpenCompass PPL inferencer; NaN without a tokenizer),
+    dividing by the token count (``ppl_norm: tokens``) or by OpenICL's count with special tokens (``openicl``)."""
     lls = [ll for ll, _ in results]
     gold = int(doc["label"])
-    prompts, counts = doc["full_prompts"], doc.get("token_counts") or []
+    prompts = doc["full_prompts"]
+    norm = doc.get("ppl_norm") or "tokens"
+    counts = (doc.get("token_counts_openicl") if norm == "openicl" else doc.get("token_counts")) or []
     per_token = (
         float(_argmax([ll / max(n, 1) for ll, n in zip(lls, counts)]) == gold) if counts else float("nan")
     )
@@ -165,7 +183,8 @@ def icl_process_results(doc: Mapping[str, Any], results: list[tuple[float, bool]
 
 def mmlu_process_results(doc: Mapping[str, Any], results: list[tuple[float, bool]]) -> dict[str, Any]:
     """``acc``; ``acc_ppl`` equals it (the candidates share the context and are one token each, so the lowest
-    whole-prompt perplexity is the most likely letter); ``acc_subject_macro``: mean of per-subject accuracies."""
+    whole-prompt perplexity is the most likely letter); ``acc_subject_macro``: mean of per-subject accuracies.
+    (With ``mmlu_average: subject_macro`` the task class aggregates ``acc`` / ``acc_ppl`` per subject too.)"""
     lls = [ll for ll, _ in results]
     correct = float(_argmax(lls) == int(doc["answer"]))
     return {"acc": correct, "acc_ppl": correct, "acc_subject_macro": (doc["subject"], correct)}
@@ -208,13 +227,32 @@ class DistMatchTask(ConfigurableTask):
 
     #: True: the papers ran this task with the model's chat template; False: they did not; None: no advice.
     WANTS_CHAT_TEMPLATE: bool | None = None
+    #: The task family (:data:`eval_tasks.protocols.FAMILIES`): which options and protocols apply.
+    FAMILY: str = ""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **_: Any) -> None:
         config = dict(config or {})
         config.pop("class", None)
         self.options: dict[str, Any] = dict(config.get("metadata") or {})
+        task = str(config.get("task") or type(self).__name__)
+        # Explicit options > protocol preset > defaults; the resolved values go back into the metadata, so the
+        # dataset loader sees them and lm-eval's results file (`configs`) records what was run.
+        self.resolved: dict[str, Any] = (
+            resolve_options(self.FAMILY, self.options, task) if self.FAMILY else {}
+        )
+        self.options.update(self.resolved)
+        config["metadata"] = dict(self.options)
         self.prepare_config(config)
         super().__init__(config=config)
+        protocol = self.resolved.get("protocol", "default")
+        if protocol != "default":
+            differences = protocol_differences(protocol, self.resolved)
+            log.info(
+                "%s: protocol %s%s",
+                task,
+                protocol,
+                (" with overrides: " + "; ".join(differences)) if differences else "",
+            )
 
     def prepare_config(self, config: dict[str, Any]) -> None:
         """Adjust the YAML config from the options before lm-eval builds the task."""
@@ -240,23 +278,58 @@ class ICLTask(DistMatchTask):
     """A retrieval task: empty context, one full prompt per label, scored by its total log-likelihood."""
 
     WANTS_CHAT_TEMPLATE = False
+    FAMILY = "icl"
+
+    def prepare_config(self, config: dict[str, Any]) -> None:
+        # Record the encoder (option, else its environment variable, else the protocol's) in the results file.
+        encoder = data.option(self.options, "retriever_model", RETRIEVER_ENV, DEFAULT_RETRIEVER)
+        config["metadata"]["retriever_model"] = self.options["retriever_model"] = str(encoder)
 
 
 class MMLUTask(DistMatchTask):
+    """MMLU in one task. ``mmlu_average: subject_macro`` makes ``acc`` / ``acc_ppl`` the mean of the per-subject
+    accuracies (OpenCompass's MMLU number), so the ``distmatch_nlu`` 8-task mean uses it."""
+
     WANTS_CHAT_TEMPLATE = False
+    FAMILY = "mmlu"
+    _MACRO = ("acc", "acc_ppl")
+
+    @property
+    def _subject_macro(self) -> bool:
+        return self.resolved.get("mmlu_average") == "subject_macro"
+
+    def process_results(self, doc: Mapping[str, Any], results: list[tuple[float, bool]]) -> dict[str, Any]:
+        out = mmlu_process_results(doc, results)
+        if self._subject_macro:
+            for name in self._MACRO:
+                out[name] = (doc["subject"], out[name])
+        return out
+
+    def aggregation(self) -> dict[str, Any]:
+        aggregations = dict(super().aggregation())
+        if self._subject_macro:
+            for name in self._MACRO:
+                aggregations[name] = subject_macro_mean
+        return aggregations
 
 
 class IFEvalTask(DistMatchTask):
     WANTS_CHAT_TEMPLATE = True
+    FAMILY = "ifeval"
 
 
 class DiversityTask(DistMatchTask):
     """K samples per prompt (``repeats``), all kept (``take_first_k``), scored together per prompt.
 
-    Options: ``num_samples`` (default 16: ``repeats`` and the filter follow it), ``sbert_model``, ``gem_compat``.
+    Options: ``num_samples`` (default 16: ``repeats`` and the filter follow it), ``sbert_model``, ``gem_compat``,
+    ``scoring`` (``prompt+response``: each sample is scored after the prompt exactly as the model saw it, chat
+    template included, as GEM's script did), and ``protocol: gem_official`` for all of GEM's settings. The paper's
+    Sentence-BERT model (``sbert_model: paper``) is loaded when the task is built; if it cannot be loaded, the
+    offline default is used with a warning and the metadata records it (``sbert_model`` = the model used).
     """
 
     WANTS_CHAT_TEMPLATE = True
+    FAMILY = "creative"
 
     def prepare_config(self, config: dict[str, Any]) -> None:
         samples = self.options.get("num_samples")
@@ -268,10 +341,46 @@ class DiversityTask(DistMatchTask):
                 )
             config["repeats"] = k
             config["filter_list"] = [{"name": "none", "filter": [{"function": "take_first_k", "k": k}]}]
+        self._contexts: dict[Any, str] = {}
+        self._sbert = self.options.get("sbert_model") or None
+        if self._sbert is not None and str(self._sbert).lower() in (
+            "paper",
+            "gem",
+            "bert-large-nli-stsb-mean-tokens",
+        ):
+            from eval_tasks.metrics import GEM_SBERT_MODEL, load_sbert
+
+            try:
+                load_sbert(GEM_SBERT_MODEL)
+                self._sbert = GEM_SBERT_MODEL
+            except (ValueError, ImportError) as err:
+                log.warning(
+                    "%s: the GEM paper's Sentence-BERT model cannot be loaded, so sbert_diversity uses the offline "
+                    "default (not comparable with GEM's Table 2). %s",
+                    config.get("task"),
+                    err,
+                )
+                self._sbert = None
+            # Record the model actually used (None = the offline default) in the results file.
+            config["metadata"]["sbert_model"] = self._sbert or "default"
+            self.options["sbert_model"] = config["metadata"]["sbert_model"]
+
+    def construct_requests(self, doc: dict, ctx: Any, **kwargs: Any) -> Any:
+        # The prompt as the model sees it (chat template applied when lm-eval applies it), for prompt+response.
+        self._contexts[doc.get("id", id(doc))] = ctx if isinstance(ctx, str) else str(ctx)
+        return super().construct_requests(doc, ctx, **kwargs)
 
     def process_results(self, doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
+        samples = [str(s) for s in results[0]]
+        if self.resolved.get("scoring") == "prompt+response":
+            prefix = self._contexts.get(doc.get("id", id(doc)))
+            if prefix is None:
+                raise RuntimeError(
+                    f"{self.config.task}: no request context recorded for prompt {doc.get('id')!r}."
+                )
+            samples = [prefix + s for s in samples]
         return diversity_scores(
-            list(results[0]),
-            sbert_model=self.options.get("sbert_model") or None,
-            gem_compat=_flag(self.options.get("gem_compat", False)),
+            samples,
+            sbert_model=None if self._sbert in (None, "default") else self._sbert,
+            gem_compat=bool(self.resolved.get("gem_compat")),
         )

@@ -1,0 +1,25 @@
+"""Summarizer for ``distmatch_nlu_emo_code_topk_ppl`` (the EMO paper's Table 3 protocol in OpenCompass).
+
+OpenCompass's ``TopkRetriever`` (OpenICL's, with its GPT-2 text round trip before embedding) and ``PPLInferencer``
+(OpenICL's mean over the prompt's tokens counted with the tokenizer's special tokens) already are the EMO
+protocol; with the EMO repository's templates (the ``_emo_code`` datasets) this summary is the counterpart of the
+lm-eval group ``distmatch_nlu`` run with ``--metadata '{"protocol": "emo_official"}'``: per-task accuracy, MMLU as
+the mean of its 57 subjects, and ``distmatch_nlu_emo_code`` = the unweighted mean of the 8 task accuracies.
+"""
+
+from mmengine.config import read_base
+
+with read_base():
+    from ..datasets.distmatch.distmatch_mmlu_ppl import distmatch_mmlu_subjects as _subjects
+
+_icl = [
+    f"distmatch_{key}_emo_code" for key in ("tweet_emotion", "sst2", "trec", "subj", "cr", "rt", "ag_news")
+]
+
+summarizer = dict(
+    dataset_abbrs=["distmatch_nlu_emo_code", *_icl, "distmatch_mmlu"],
+    summary_groups=[
+        dict(name="distmatch_mmlu", subsets=[f"distmatch_mmlu_{s}" for s in _subjects]),
+        dict(name="distmatch_nlu_emo_code", subsets=[*_icl, "distmatch_mmlu"]),
+    ],
+)
