@@ -21,7 +21,8 @@ from datasets import Dataset, DatasetDict  # noqa: E402
 from opencompass.datasets.base import BaseDataset  # noqa: E402
 from opencompass.datasets.IFEval.ifeval import IFEvaluator  # noqa: E402
 from opencompass.openicl.icl_evaluator import BaseEvaluator  # noqa: E402
-from opencompass.registry import ICL_EVALUATORS, LOAD_DATASET  # noqa: E402
+from opencompass.openicl.icl_retriever import TopkRetriever  # noqa: E402
+from opencompass.registry import ICL_EVALUATORS, ICL_RETRIEVERS, LOAD_DATASET  # noqa: E402
 
 from eval_tasks import data, nlu  # noqa: E402
 from eval_tasks.creative import DIVERSITY_METRICS, creative_documents, diversity_scores  # noqa: E402
@@ -33,6 +34,7 @@ __all__ = [
     "DistMatchIFEvalDataset",
     "DistMatchIFEvaluator",
     "DistMatchMMLUDataset",
+    "DistMatchTopkRetriever",
 ]
 
 
@@ -60,6 +62,26 @@ class DistMatchICLDataset(BaseDataset):
                 for name, split in splits.items()
             }
         )
+
+
+@ICL_RETRIEVERS.register_module()
+class DistMatchTopkRetriever(TopkRetriever):
+    """OpenCompass's ``TopkRetriever`` whose GPT-2 decode round trip cleans up tokenization spaces, as OpenICL's did.
+
+    The retriever embeds ``tokenizer.batch_decode(tokenizer(text))``. Under the transformers of the EMO code (4.30)
+    that decode cleaned up tokenization spaces (``"is n't"`` -> ``"isn't"``, ``" ,"`` -> ``","``); transformers >= 4.45
+    no longer does by default for tokenizers whose config does not say so (``gpt2-xl``'s does not), so the plain
+    ``TopkRetriever`` embeds the raw text there. ``clean_up_tokenization_spaces=True`` restores OpenICL's behaviour
+    (the lm-eval option ``openicl_round_trip``).
+    """
+
+    def __init__(self, *args: Any, clean_up_tokenization_spaces: bool = True, **kwargs: Any) -> None:
+        self._clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
+        super().__init__(*args, **kwargs)
+
+    def create_index(self) -> Any:  # called by __init__ right after the tokenizer is loaded
+        self.tokenizer.clean_up_tokenization_spaces = self._clean_up_tokenization_spaces
+        return super().create_index()
 
 
 @LOAD_DATASET.register_module()

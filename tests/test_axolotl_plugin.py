@@ -349,16 +349,32 @@ def test_example_config_passes_axolotl_validation_offline(monkeypatch, name) -> 
             "sequence_len": 2048,
             "sample_packing": True,
         },
-        "llama2-7b-wikitext103-emo.yaml": {
-            "loss": "emo",
-            "emo_weighting": "emo2",
-            "emo_cost_embedding": "frozen",
-            "learning_rate": 2e-5,
-            "num_epochs": 1,
-            "sequence_len": 256,
-            "lora_r": 32,
-            "lora_alpha": 16,
-            "lora_dropout": 0.05,
+        # EMO Tables 3 / 6: the released finetune_lora.sh / run_clm_trainer_emo.py settings
+        **{
+            name: {
+                "base_model": base,
+                "loss": "emo",
+                "emo_weighting": "emo2",
+                "emo_cost_embedding": "TheBloke/Llama-2-13B-fp16",
+                "learning_rate": 2e-5,
+                "num_epochs": 1,
+                "sequence_len": 256,
+                "micro_batch_size": 16,
+                "gradient_accumulation_steps": 1,
+                "warmup_ratio": 0.03,
+                "lr_scheduler": "linear",
+                "seed": 100,
+                "fp16": True,
+                "adapter": "lora",
+                "lora_r": 32,
+                "lora_alpha": 16,
+                "lora_dropout": 0.05,
+                "lora_target_modules": ["q_proj", "v_proj"],
+            }
+            for name, base in (
+                ("llama2-7b-wikitext103-emo.yaml", "meta-llama/Llama-2-7b-hf"),
+                ("llama-7b-wikitext103-emo.yaml", "huggyllama/llama-7b"),
+            )
         },
         "llama-7b-alpaca-gpt4-emo.yaml": {
             "loss": "emo",
@@ -374,7 +390,7 @@ def test_example_config_passes_axolotl_validation_offline(monkeypatch, name) -> 
     if name.startswith("llama3"):
         assert cfg.micro_batch_size * cfg.gradient_accumulation_steps * 8 == 128  # 8 GPUs
         assert "zero2" in cfg.deepspeed
-    if name.startswith("llama-7b"):
+    if name.startswith("llama-7b-alpaca"):
         assert cfg.micro_batch_size * cfg.gradient_accumulation_steps * 4 == 128  # 4 GPUs
         assert "zero3" in cfg.deepspeed
 

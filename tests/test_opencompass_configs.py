@@ -127,8 +127,13 @@ def test_classification_configs_match_the_lm_eval_specs() -> None:
             == "sentence-transformers/all-mpnet-base-v2"
         )
         assert infer["inferencer"]["type"].__name__ == "PPLInferencer"
-        variant = emo_code[dataset["abbr"] + "_emo_code"]["infer_cfg"]["ice_template"]["template"]
-        assert dict(variant) == _oc_template(spec, "emo_code")
+        variant = emo_code[dataset["abbr"] + "_emo_code"]["infer_cfg"]
+        assert dict(variant["ice_template"]["template"]) == _oc_template(spec, "emo_code")
+        # the EMO protocol: OpenICL's round trip with the clean-up of tokenization spaces
+        assert variant["retriever"]["type"].__name__ == "DistMatchTopkRetriever"
+        assert {k: v for k, v in variant["retriever"].items() if k != "type"} == {
+            k: v for k, v in infer["retriever"].items() if k != "type"
+        }
     for dataset in suite[7:]:
         assert dataset["infer_cfg"]["retriever"]["fix_id_list"] == [0, 1, 2, 3, 4]
 
@@ -188,8 +193,12 @@ with read_base():
     from eval_tasks.opencompass_configs.datasets.distmatch.distmatch_creative_gen import distmatch_creative_datasets
     from eval_tasks.opencompass_configs.datasets.distmatch.distmatch_ifeval_gen import distmatch_ifeval_datasets
     from eval_tasks.opencompass_configs.datasets.distmatch.distmatch_nlu_topk_ppl import distmatch_nlu_datasets
+    from eval_tasks.opencompass_configs.datasets.distmatch.distmatch_nlu_emo_code_topk_ppl import (
+        distmatch_nlu_emo_code_datasets,
+    )
 
 datasets = [d for d in distmatch_nlu_datasets if d["abbr"] in ["distmatch_sst2", *{subjects!r}]]
+datasets += [d for d in distmatch_nlu_emo_code_datasets if d["abbr"] == "distmatch_sst2_emo_code"]
 for d in datasets:
     if "sentence_transformers_model_name" in d["infer_cfg"]["retriever"]:
         d["infer_cfg"]["retriever"]["sentence_transformers_model_name"] = {encoder!r}
@@ -258,6 +267,29 @@ def test_topk_ppl_prompts_equal_the_lm_eval_prompts(oc_run: tuple[Path, Path, st
         assert entry["gold"] == doc["label"]
     accuracy = 100 * sum(e["prediction"] == e["gold"] for e in predictions.values()) / len(predictions)
     assert _read(run_dir, "results", "distmatch_sst2")["accuracy"] == pytest.approx(accuracy)
+
+
+def test_emo_code_suite_equals_the_emo_official_lm_eval_prompts(oc_run: tuple[Path, Path, str]) -> None:
+    """OpenCompass's EMO-protocol suite and lm-eval's `protocol: emo_official`: the same demonstrations (retrieved
+    on the texts after the round trip with OpenICL's clean-up) and the same emo_code prompt strings."""
+    from eval_tasks import data, retrieval
+
+    run_dir, data_dir, encoder = oc_run
+    predictions = _read(run_dir, "predictions", "distmatch_sst2_emo_code")
+    docs, info = data.icl_documents(
+        "sst2",
+        template="emo_code",
+        openicl_round_trip=True,
+        retriever_model=encoder,
+        data_dir=str(data_dir),
+        cache_dir=False,
+    )
+    assert info["openicl_round_trip"] and len(predictions) == len(docs) == 6
+    rows = [json.loads(line) for line in (data_dir / "sst2" / "train.jsonl").read_text().splitlines() if line]
+    assert any(retrieval.openicl_round_trip(r["text"]) != r["text"] for r in rows)  # the clean-up has work
+    for i, doc in enumerate(docs):
+        for label in (0, 1):
+            assert predictions[str(i)][f"label: {label}"]["prompt"] == doc["full_prompts"][label]
 
 
 def test_mmlu_ppl_prompts_equal_the_lm_eval_context(oc_run: tuple[Path, Path, str]) -> None:

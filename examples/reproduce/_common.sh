@@ -49,7 +49,8 @@ train_all() {
 	done
 }
 
-# lm_eval_run NAME MODEL_ARGS [EXTRA FLAGS...]: the recipe's lm-eval tasks for one model -> OUT/NAME/lm_eval.
+# lm_eval_run NAME MODEL_ARGS [EXTRA FLAGS...]: the recipe's lm-eval tasks for one model -> OUT/NAME/lm_eval
+# (LM_EVAL_METADATA, when set, is passed as --metadata).
 lm_eval_run() {
 	local name="$1" model_args="$2"
 	shift 2
@@ -58,6 +59,7 @@ lm_eval_run() {
 		return
 	fi
 	log "$name: lm_eval --tasks $LM_EVAL_TASKS"
+	if [[ -n "${LM_EVAL_METADATA:-}" ]]; then set -- --metadata "$LM_EVAL_METADATA" "$@"; fi
 	# shellcheck disable=SC2086  # LM_EVAL_EXTRA is a list of flags
 	run "$LM_EVAL" --model "$LM_EVAL_MODEL" --model_args "$model_args" --tasks "$LM_EVAL_TASKS" \
 		--batch_size "$LM_EVAL_BATCH_SIZE" --output_path "$OUT/$name/lm_eval" --log_samples "$@" $LM_EVAL_EXTRA

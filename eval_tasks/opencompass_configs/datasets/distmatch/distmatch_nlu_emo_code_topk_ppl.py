@@ -1,10 +1,15 @@
-"""The 7 retrieval tasks with the EMO repository's templates (``icl.py``) instead of the paper's, plus MMLU.
+"""The EMO paper's Table 3 protocol: the 7 retrieval tasks with the EMO repository's templates (``icl.py``), plus MMLU.
 
-Same data, retriever and scoring as ``distmatch_nlu_topk_ppl``; dataset abbreviations end in ``_emo_code``.
-The strings must equal eval_tasks.nlu's ``emo_code`` variant (checked by the tests).
+Same data and scoring as ``distmatch_nlu_topk_ppl``; dataset abbreviations end in ``_emo_code``. The strings must
+equal eval_tasks.nlu's ``emo_code`` variant (checked by the tests). The retriever is ``DistMatchTopkRetriever``:
+OpenCompass's TopkRetriever with OpenICL's clean-up of tokenization spaces in its GPT-2 round trip (see
+eval_tasks.opencompass_ext). With the summarizer ``distmatch_nlu_emo_code`` this is the counterpart of the lm-eval
+``--metadata '{"protocol": "emo_official"}'``.
 """
 
 from mmengine.config import read_base
+
+from eval_tasks.opencompass_ext import DistMatchTopkRetriever
 
 with read_base():
     from .distmatch_nlu_topk_ppl import distmatch_nlu_datasets as _paper
@@ -47,7 +52,7 @@ for _dataset in _paper:
             infer_cfg=dict(
                 _infer,
                 ice_template=dict(_infer["ice_template"], template=_emo_code_templates[_dataset["abbr"]]),
-                retriever=dict(_infer["retriever"]),
+                retriever=dict(_infer["retriever"], type=DistMatchTopkRetriever),
             ),
         )
     distmatch_nlu_emo_code_datasets.append(_dataset)
