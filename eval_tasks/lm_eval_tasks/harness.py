@@ -365,19 +365,21 @@ class DiversityTask(DistMatchTask):
             config["metadata"]["sbert_model"] = self._sbert or "default"
             self.options["sbert_model"] = config["metadata"]["sbert_model"]
 
-    def construct_requests(self, doc: dict, ctx: Any, **kwargs: Any) -> Any:
-        # The prompt as the model sees it (chat template applied when lm-eval applies it), for prompt+response.
-        self._contexts[doc.get("id", id(doc))] = ctx if isinstance(ctx, str) else str(ctx)
-        return super().construct_requests(doc, ctx, **kwargs)
+    def _context(self, doc: Mapping[str, Any]) -> str:
+        """The prompt of `doc` as the model saw it (chat template included when lm-eval applied one): the context
+        of its request (also when lm-eval restored the requests from its cache)."""
+        if not self._contexts:
+            for instance in self.instances:
+                self._contexts[instance.doc.get("id")] = str(instance.arguments[0])
+        try:
+            return self._contexts[doc.get("id")]
+        except KeyError:
+            raise RuntimeError(f"{self.config.task}: no request for prompt {doc.get('id')!r}.") from None
 
     def process_results(self, doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
         samples = [str(s) for s in results[0]]
         if self.resolved.get("scoring") == "prompt+response":
-            prefix = self._contexts.get(doc.get("id", id(doc)))
-            if prefix is None:
-                raise RuntimeError(
-                    f"{self.config.task}: no request context recorded for prompt {doc.get('id')!r}."
-                )
+            prefix = self._context(doc)
             samples = [prefix + s for s in samples]
         return diversity_scores(
             samples,
