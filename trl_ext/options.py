@@ -17,7 +17,7 @@ import torch
 
 from .losses import LOSS_NAMES, LOSSES, resolve
 from .losses.registry import OPTION_LOSSES, OPTIONS
-from .losses.spec import Check
+from .losses.spec import REQUIRED, Check
 
 #: Our losses (names of `trl_ext.losses`). "ce" is the same objective as TRL's "nll" computed by our fused path.
 DISTMATCH_LOSSES: tuple[str, ...] = LOSS_NAMES
@@ -110,25 +110,37 @@ def _value(value: Any) -> str:
     return f"`{value}`" if isinstance(value, str) else repr(value)
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "/")
+
+
 def options_table() -> str:
-    """The README's option table (TRL flags / YAML keys and Axolotl keys), from the loss specs."""
-    lines = [
-        "| option | default | used by | meaning |",
-        "|---|---|---|---|",
-        "| `loss` | unset | — | the objective (see the loss table); an unknown name is refused with the valid choices |",
-    ]
+    """The README's option table (TRL flags / YAML keys, Axolotl keys), from the loss specs."""
+    lines = ["| option | default | used by | meaning |", "|---|---|---|---|"]
     for o in LOSS_OPTIONS:
         used_by = ", ".join(f"`{name}`" for name in o.losses)
-        lines.append(f"| `{o.name}` | {_value(o.default)} | {used_by} | {o.help.replace('|', '/')} |")
+        lines.append(f"| `{o.name}` | {_value(o.default)} | {used_by} | {_cell(o.help)} |")
     return "\n".join(lines)
 
 
+def _param(param: Any) -> str:
+    default = "required" if param.default is REQUIRED else _value(param.default)
+    return f"`{param.name}` ({default}): {_cell(param.doc)}"
+
+
 def losses_table() -> str:
-    """The README's list of losses with their summaries and options, from the loss specs."""
-    lines = ["| loss | what | options | Triton kernel |", "|---|---|---|---|"]
+    """The README's loss table (formula, functional-API parameters, options, Triton kernel), from the loss specs."""
+    lines = [
+        "| name | per valid token (z logits, y target, p = softmax(z), l = -log p_y, sg = stop-gradient) "
+        "| parameters (default) | options | Triton |",
+        "|---|---|---|---|---|",
+    ]
     for name, spec in LOSSES.items():
+        params = "; ".join(_param(p) for p in spec.params) or "—"
         opts = ", ".join(f"`{o.name}`" for o in options_of(name)) or "—"
-        lines.append(f"| `{name}` | {spec.summary} | {opts} | {'yes' if spec.triton else '—'} |")
+        lines.append(
+            f"| `{name}` | {_cell(spec.summary)} | {params} | {opts} | {'yes' if spec.triton else '—'} |"
+        )
     return "\n".join(lines)
 
 

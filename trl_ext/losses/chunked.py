@@ -25,7 +25,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checks import (
+from .registry import resolve
+from .row_backends import RowMath, select_row_math
+from .rows import chunk_math
+from .spec import BASE_STATS, TokenStats
+from .validation import (
     IGNORE_INDEX,
     check_chunk_size,
     check_floating,
@@ -34,10 +38,6 @@ from .checks import (
     compute_dtype,
     cost_inverse_norms,
 )
-from .registry import resolve
-from .row_backends import RowMath, select_row_math
-from .rows import chunk_math
-from .spec import BASE_STATS, TokenStats
 
 CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
 DEFAULT_CHUNK_MEMORY_MB = 128

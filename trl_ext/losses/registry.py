@@ -11,8 +11,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from . import checks
-from .checks import (
+from .objectives import SPECS
+from .objectives.emo import WEIGHTINGS as EMO_WEIGHTINGS
+from .spec import BASE_STATS, REQUIRED, LossSpec, Option, Param, TokenStats
+from .validation import (
     COST_NORM_EPS,
     IGNORE_INDEX,
     check_chunk_size,
@@ -23,9 +25,6 @@ from .checks import (
     cost_inverse_norms,
     normalized_cost_embedding,
 )
-from .objectives import SPECS
-from .objectives.emo import WEIGHTINGS as EMO_WEIGHTINGS
-from .spec import BASE_STATS, REQUIRED, LossSpec, Option, Param, TokenStats
 
 LOSSES: dict[str, LossSpec] = {spec.name: spec for spec in SPECS}
 LOSS_NAMES: tuple[str, ...] = tuple(LOSSES)
@@ -109,7 +108,6 @@ __all__ = [
     "check_floating",
     "check_labels",
     "checked_cost_embedding",
-    "checks",
     "compute_dtype",
     "cost_inverse_norms",
     "get",

@@ -13,4 +13,4 @@ def weight(z: Tensor, ce: Tensor, params: dict[str, Any]) -> None:
     return None
 
 
-SPEC = ce_weighted("ce", "cross-entropy (maximum likelihood)", weight, triton=True)
+SPEC = ce_weighted("ce", "l (cross-entropy, maximum likelihood)", weight, triton=True)

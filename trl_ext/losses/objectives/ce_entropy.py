@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .. import checks
+from .. import validation
 from ..rowops import rowdot, subtract_at_target
 from ..spec import ChunkResult, FullLogits, LossSpec, Param, Rows, option
 
-COEF = Param("entropy_coef", 0.1, checks.non_negative, "weight of the entropy bonus")
+COEF = Param("entropy_coef", 0.1, validation.non_negative, "weight of the entropy bonus")
 
 
 def rows(r: Rows) -> ChunkResult:
@@ -33,7 +33,7 @@ def reference(f: FullLogits) -> tuple[Tensor, dict[str, Tensor]]:
 
 SPEC = LossSpec(
     "ce_entropy",
-    "CE minus entropy_coef x entropy (the GEM paper's CE+Entropy baseline)",
+    "l - coef * H(p) (the GEM paper's CE+Entropy baseline)",
     rows,
     reference,
     params=(COEF,),

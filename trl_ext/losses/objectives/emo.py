@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import checks
+from .. import validation
 from ..rowops import rowdot, subtract_at_target
 from ..spec import REQUIRED, ChunkResult, FullLogits, LossSpec, Option, Param, Rows, option
 
@@ -21,14 +21,14 @@ WEIGHTINGS = ("emo1", "emo2")
 COST_EMBEDDING = Param(
     "cost_embedding",
     REQUIRED,
-    checks.tensor,
+    validation.tensor,
     "[V, d'] embedding whose cosine distance is the transport cost (normalised inside, never trained)",
     type=torch.Tensor,
 )
 WEIGHTING = Param(
     "weighting",
     "emo1",
-    checks.one_of(*WEIGHTINGS),
+    validation.one_of(*WEIGHTINGS),
     "'emo1': 0.5 * (CE + sg(CE / D) * D), logged value = CE; 'emo2': sg(D / CE) * CE + D, value = 2D",
     type=str,
     choices=WEIGHTINGS,
@@ -67,7 +67,7 @@ def rows(r: Rows) -> ChunkResult:
 
 def reference(f: FullLogits) -> tuple[Tensor, dict[str, Tensor]]:
     z, p, ce = f.z, f.p, f.ce
-    cost_hat = checks.normalized_cost_embedding(f.params["cost_embedding"], z.shape[1], z.device, z.dtype)
+    cost_hat = validation.normalized_cost_embedding(f.params["cost_embedding"], z.shape[1], z.device, z.dtype)
     target_emb = cost_hat[f.y]
     one_hot = F.one_hot(f.y, z.shape[1]).to(z.dtype)
     demd = 1.0 - ((p @ cost_hat) * target_emb).sum(-1)
@@ -84,7 +84,9 @@ def reference(f: FullLogits) -> tuple[Tensor, dict[str, Tensor]]:
 
 SPEC = LossSpec(
     "emo",
-    "EMO: CE dynamically weighted with the differentiable earth mover distance (Ren et al., ICLR 2024)",
+    "`emo1`: 0.5 (l + sg(l / D) D); `emo2`: sg(D / l) l + D, where D = 1 - sum_{i != y} p_i cos(e_i, e_y) in value "
+    '(the official code\'s "target mass excluded" trick) and the true DEMD = 1 - sum_i p_i cos(e_i, e_y) in '
+    "gradient (EMO, Ren et al., ICLR 2024)",
     rows,
     reference,
     params=(COST_EMBEDDING, WEIGHTING),
@@ -96,7 +98,7 @@ SPEC = LossSpec(
             "EMO transport-cost embedding: 'frozen' (a copy of the model's output embedding taken before training, "
             "the paper's choice), 'live' (the current LM head, detached, every step) or a path / hub id of another "
             "model with the same vocabulary whose output embedding is used.",
-            checks.model_source,
+            validation.model_source,
             type=str,
             from_model=True,
         ),

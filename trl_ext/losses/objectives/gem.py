@@ -10,14 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import checks
+from .. import validation
 from ..rowops import rowdot, softmax, subtract_at_target
 from ..spec import ChunkResult, FullLogits, LossSpec, Param, Rows, option
 
 SIGMOID_SLOPE = 0.01
 
 BETA = Param(
-    "beta", 0.7, checks.beta, "GEM temperature of the detached target distribution softmax(z / beta)"
+    "beta", 0.7, validation.beta, "GEM temperature of the detached target distribution softmax(z / beta)"
 )
 BETA_OPTION = option(
     BETA,
@@ -75,8 +75,16 @@ def ls_reference(f: FullLogits) -> tuple[Tensor, dict[str, Tensor]]:
 
 _COMMON = {"params": (BETA,), "options": (BETA_OPTION,), "uses_softmax": False, "triton": True}
 LINEAR = LossSpec(
-    "gem_linear", "GEM with h(u) = u (Li et al., 2024)", linear_rows, linear_reference, **_COMMON
+    "gem_linear",
+    "sum_i q_i z_i - z_y with q = sg(softmax(z / beta)); gradient q - onehot(y) (GEM with h(u) = u, Li et al., 2024)",
+    linear_rows,
+    linear_reference,
+    **_COMMON,
 )
 LS = LossSpec(
-    "gem_ls", "GEM with h = log-sigmoid, slope 0.01 (Li et al., 2024)", ls_rows, ls_reference, **_COMMON
+    "gem_ls",
+    "sum_i q_i w_i (z_i - z_y), w_i = sg(sigmoid(0.01 (z_i - z_y))) (GEM with h = log-sigmoid, Li et al., 2024)",
+    ls_rows,
+    ls_reference,
+    **_COMMON,
 )

@@ -7,11 +7,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import checks
+from .. import validation
 from ..spec import Param, option
 from .ce_weighted import ce_weighted
 
-GAMMA = Param("gamma", 0.5, checks.unit_interval, "interpolation coefficient (EMO paper appendix A.1)")
+GAMMA = Param("gamma", 0.5, validation.unit_interval, "interpolation coefficient (EMO paper appendix A.1)")
 
 
 def weight(z: Tensor, ce: Tensor, params: dict[str, Any]) -> Tensor:
@@ -21,7 +21,7 @@ def weight(z: Tensor, ce: Tensor, params: dict[str, Any]) -> Tensor:
 
 SPEC = ce_weighted(
     "mixce",
-    "MixCE: CE weighted by gamma + (1 - gamma) sg(p_y); gamma = 1 is CE",
+    "(gamma + (1 - gamma) sg(p_y)) * l (MixCE; EMO paper eq. 17; gamma = 1 is CE)",
     weight,
     params=(GAMMA,),
     options=(

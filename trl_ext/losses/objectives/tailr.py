@@ -7,11 +7,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import checks
+from .. import validation
 from ..spec import Param, option
 from .ce_weighted import ce_weighted
 
-GAMMA = Param("gamma", 0.5, checks.unit_interval, "interpolation coefficient (EMO paper appendix A.1)")
+GAMMA = Param("gamma", 0.5, validation.unit_interval, "interpolation coefficient (EMO paper appendix A.1)")
 
 
 def weight(z: Tensor, ce: Tensor, params: dict[str, Any]) -> Tensor:
@@ -24,7 +24,7 @@ def weight(z: Tensor, ce: Tensor, params: dict[str, Any]) -> Tensor:
 
 SPEC = ce_weighted(
     "tailr",
-    "TaiLr: CE weighted by sg(p_y) / (gamma + (1 - gamma) sg(p_y)); gamma = 0 is CE",
+    "sg(p_y) / (gamma + (1 - gamma) sg(p_y)) * l (TaiLr; EMO paper appendix A.1, eq. 16; gamma = 0 is CE)",
     weight,
     params=(GAMMA,),
     options=(
