@@ -721,6 +721,20 @@ def test_emo_frozen_with_tied_embeddings(models, data, tmp_path):
 # Options and bad input
 
 
+def test_trl_config_fields_are_built_from_the_specs():
+    import dataclasses
+
+    from trl_ext.options import LOSS_OPTIONS
+
+    fields = {f.name: f for f in dataclasses.fields(DistMatchSFTConfig)}
+    for option in LOSS_OPTIONS:
+        f = fields[option.name]
+        assert f.metadata["help"].startswith(option.help)
+        assert f.default == option.default or f.default is None
+        if option.choices is not None:
+            assert tuple(f.metadata["choices"]) == option.choices
+
+
 def test_loss_choices_are_trl_types_plus_ours():
     assert all(isinstance(c, str) for c in LOSS_CHOICES), LOSS_CHOICES
     assert {"nll", "dft"} <= set(LOSS_CHOICES), (TRL_VERSION, LOSS_CHOICES)

@@ -1,7 +1,8 @@
 """The loss specs are the one definition of each loss: everything else is built from them or checked against them.
 
 Also: the CE-weighted family's new members against independent definitions (EAFT as its authors and as Axolotl
-compute it), the module structure (no import cycles, the reference independent of the paths it checks), and no
+compute it; Axolotl's own function in `test_axolotl_plugin.py`, TRL's DFT in `test_trl_trainer.py`), the module
+structure (no import cycles, the reference independent of the paths it checks), and no
 integration comparing a loss name.
 """
 
@@ -63,23 +64,6 @@ def test_eaft_is_the_authors_weight_and_3_pow_alpha_below_axolotls(path, alpha, 
         assert torch.all(got == 0)  # one token: zero entropy, zero weight
 
 
-def test_eaft_equals_axolotls_own_eaft_loss_divided_by_3_pow_alpha():
-    """Against the installed Axolotl's `use_eaft` loss function itself (present from Axolotl 0.19)."""
-    eaft = pytest.importorskip("axolotl.monkeypatch.loss.eaft", reason="Axolotl is in .venv-axolotl")
-    gen = torch.Generator().manual_seed(5)
-    batch, length, vocab = 2, 9, 50
-    logits = torch.randn(batch, length, vocab, generator=gen) * 3
-    labels = torch.randint(0, vocab, (batch, length), generator=gen)
-    labels[0, :3] = -100
-    shifted = labels[:, 1:]
-    items = int((shifted != -100).sum())
-    for alpha, k in ((1.0, 20), (0.7, 5)):
-        outputs = type("Outputs", (), {"logits": logits})()
-        theirs = eaft.eaft_loss(outputs, labels, num_items_in_batch=items, alpha=alpha, k=k)
-        ours = token_loss("eaft", logits[:, :-1].reshape(-1, vocab), shifted.reshape(-1), alpha=alpha, k=k)
-        assert float(ours.sum() / items) * 3.0**alpha == pytest.approx(float(theirs), rel=1e-5)
-
-
 def test_dft_is_p_y_times_ce_with_the_ce_gradient_scaled_by_p_y():
     logits, labels = _logits(seed=7)
     z = logits.clone().requires_grad_()
@@ -125,17 +109,8 @@ def test_options_come_from_the_specs():
     assert OPTIONS["eaft_k"].default == 20
 
 
-def test_trl_config_fields_are_built_from_the_specs():
-    pytest.importorskip("trl")
-    from trl_ext.config import DistMatchSFTConfig
-
-    fields = {f.name: f for f in dataclasses.fields(DistMatchSFTConfig)}
-    for option in LOSS_OPTIONS:
-        f = fields[option.name]
-        assert f.metadata["help"].startswith(option.help)
-        assert f.default == option.default or f.default is None
-        if option.choices is not None:
-            assert tuple(f.metadata["choices"]) == option.choices
+# The TRL config's fields: `test_trl_trainer.py` (importing TRL here would import Triton before the interpreter tests
+# of `test_losses_triton.py` can switch it on).
 
 
 def test_axolotl_args_are_built_from_the_specs():
