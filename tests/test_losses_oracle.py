@@ -50,6 +50,8 @@ CONFIGS = [
     ("emo", {}),
     ("emo", {"weighting": "emo1"}),
     ("emo", {"weighting": "emo2"}),
+    ("emo", {"weighting": "emo1", "ratio_clamp": 3.0}),  # the EMO code's continual fine-tuning mode `emo`
+    ("emo", {"ratio_clamp": 0.4}),  # a cap that binds on most rows
     ("ce_entropy", {}),
     ("ce_entropy", {"entropy_coef": 0.0}),
     ("ce_entropy", {"entropy_coef": 0.5}),
@@ -57,6 +59,14 @@ CONFIGS = [
     ("tailr", {"gamma": 0.0}),
     ("tailr", {"gamma": 0.3}),
     ("tailr", {"gamma": 1.0}),
+    ("tailr", {"min_weight": 0.0}),  # unclamped: the EMO paper's eq. 16
+    ("tailr", {"gamma": 0.3, "min_weight": 0.0}),
+    ("tailr", {"gamma": 0.1, "min_weight": 0.6}),  # the clamp binds on most rows
+    ("tailr", {"variant": "emo_code"}),
+    ("tailr", {"variant": "emo_code", "gamma": 0.9}),
+    ("tailr", {"variant": "emo_code", "gamma": 0.1, "min_weight": 0.0}),
+    ("tailr", {"variant": "emo_code", "gamma": 1.0}),
+    ("tailr", {"variant": "emo_code", "gamma": 0.0}),
     ("mixce", {}),
     ("mixce", {"gamma": 0.0}),
     ("mixce", {"gamma": 0.2}),
@@ -77,6 +87,7 @@ BASIC = [
     ("emo", {"weighting": "emo2"}),
     ("ce_entropy", {}),
     ("tailr", {}),
+    ("tailr", {"variant": "emo_code"}),
     ("mixce", {}),
     ("dft", {}),
     ("eaft", {"k": 5}),
@@ -248,14 +259,21 @@ def _readable_autograd(name, z, labels, params):
         demd = 1 - (p * s).sum(dim=1)
         e = demd + (py * s.gather(1, ys[:, None]).squeeze(1)).detach()
         if cfg["weighting"] == "emo1":
-            out = 0.5 * (ell + (ell / (e + 1e-10)).detach() * e)
+            ratio = (ell / (e + 1e-10)).detach()
+            if cfg["ratio_clamp"] is not None:
+                ratio = torch.clamp(ratio, max=cfg["ratio_clamp"])
+            out = 0.5 * (ell + ratio * e)
         else:
             out = (e / (ell + 1e-10)).detach() * ell + e
     elif name == "ce_entropy":
         out = ell - cfg["entropy_coef"] * (-(p * logp).sum(dim=1))
     elif name == "tailr":
-        w = py.detach() / (cfg["gamma"] + (1 - cfg["gamma"]) * py.detach())
-        out = w * ell
+        g, lo, pd = cfg["gamma"], cfg["min_weight"], py.detach()
+        if cfg["variant"] == "tailr":
+            w = torch.clamp(pd / (g + (1 - g) * pd), lo, 1.0)
+            out = w * ell
+        else:  # the EMO code's tvd: gamma * l + (1 - gamma) * clamp(...) * l
+            out = g * ell + (1 - g) * torch.clamp(pd / ((1 - g) + g * pd), lo, 1.0) * ell
     elif name == "mixce":
         out = (cfg["gamma"] + (1 - cfg["gamma"]) * py.detach()) * ell
     elif name == "dft":

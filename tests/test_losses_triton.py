@@ -32,6 +32,7 @@ CASES = [
     ("gem_ls", {"beta": 0.3}),
     ("emo", {"weighting": "emo1"}),
     ("emo", {"weighting": "emo2"}),
+    ("emo", {"weighting": "emo1", "ratio_clamp": 0.4}),  # the cap binds on most rows
 ]
 CASE_IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in params.items())}" for name, params in CASES]
 

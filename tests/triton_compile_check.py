@@ -43,6 +43,7 @@ SIGNATURE = {
     "z_stride": "i64",
     "sim_stride": "i64",
     "inv_beta": "fp32",
+    "ratio_max": "fp32",
     "LOSS": "constexpr",
     "EMO1": "constexpr",
     "WANT_GRAD": "constexpr",

@@ -89,6 +89,9 @@ def resolve(name: str, params: Mapping[str, Any]) -> tuple[LossSpec, dict[str, A
         if problem is not None:
             raise ValueError(f"Loss {name!r}: {p.name}={value!r} is invalid; expected {problem}.")
         resolved[p.name] = value
+    problem = spec.check(resolved) if spec.check is not None else None
+    if problem is not None:
+        raise ValueError(f"Loss {name!r}: {problem}")
     return spec, resolved
 
 

@@ -145,6 +145,8 @@ class LossSpec:
     uses_softmax: bool = True  # False: its closed form never needs softmax(z) (GEM)
     triton: bool = False  # the Triton row kernel implements it
     weight: Weight | None = None  # CE-weighted losses: their detached per-token weight
+    #: a check of the parameters together (after each one's own check): None when valid, else what is wrong
+    check: Callable[[dict[str, Any]], str | None] | None = None
 
     @property
     def param_names(self) -> tuple[str, ...]:

@@ -59,6 +59,7 @@ def _distmatch_row_kernel(
     z_stride,
     sim_stride,
     inv_beta,
+    ratio_max,  # EMO emo1: upper bound of the detached ratio (inf: none)
     LOSS: tl.constexpr,  # 0 ce, 1 gem_linear, 2 gem_ls, 3 emo
     EMO1: tl.constexpr,  # EMO weighting: True emo1, False emo2
     WANT_GRAD: tl.constexpr,
@@ -136,7 +137,7 @@ def _distmatch_row_kernel(
         # The official `gt_q` trick: the target's own mass left out of the value, not of the gradient.
         e_val = tl.maximum(demd + p_y * s_y, 0.0)
         if EMO1:
-            ratio = ce / (e_val + EMO_EPS_)
+            ratio = tl.minimum(ce / (e_val + EMO_EPS_), ratio_max)
             loss = 0.5 * (ce + ratio * e_val)
             ce_weight = 0.5
             demd_weight = 0.5 * ratio
@@ -226,6 +227,7 @@ def triton_chunk_math(
             z.stride(0),
             sim.stride(0),
             1.0 / params["beta"] if "beta" in params else 1.0,
+            float("inf") if params.get("ratio_clamp") is None else float(params["ratio_clamp"]),
             LOSS=_LOSS_CODE[name],
             EMO1=params.get("weighting", "emo1") == "emo1",
             WANT_GRAD=want_grad,

@@ -2,10 +2,13 @@
 
 s_i = cos(e_i, e_y) from the cost embedding, c = 1 - s, DEMD = sum_i p_i c_i = 1 - sum_i p_i s_i. The value uses
 the official code's `gt_q` trick (the target's own mass left out: e = DEMD + p_y s_y), the gradient the true DEMD.
-emo1 = 0.5 (l + sg(l / e) e); emo2 = sg(e / l) l + e.
+emo1 = 0.5 (l + sg(l / e) e); emo2 = sg(e / l) l + e. `ratio_clamp` c (emo1 only) caps the detached ratio:
+0.5 (l + min(sg(l / e), c) e), the `emo` mode of the EMO repository's continual fine-tuning code (c = 3.0 there).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +38,37 @@ WEIGHTING = Param(
 )
 
 
+def _ratio_clamp(value: Any) -> str | None:
+    if value is None:
+        return None
+    return validation.positive(value)
+
+
+RATIO_CLAMP = Param(
+    "ratio_clamp",
+    None,
+    _ratio_clamp,
+    "emo1 only: upper bound c of the detached ratio, 0.5 * (CE + min(sg(CE / D), c) * D) (the EMO repository's "
+    "continual fine-tuning mode `emo` uses 3.0); None = no bound (the paper's emo1)",
+    type=float | None,  # type: ignore[arg-type]
+)
+
+
+def check(params: dict[str, Any]) -> str | None:
+    """ratio_clamp bounds emo1's ratio: refused with emo2."""
+    if params.get("ratio_clamp") is not None and params["weighting"] != "emo1":
+        return (
+            f"ratio_clamp={params['ratio_clamp']!r} bounds emo1's ratio sg(CE / D) and has no meaning with "
+            f"weighting={params['weighting']!r}; use weighting='emo1' or leave ratio_clamp unset (None)."
+        )
+    return None
+
+
+def _clamp(params: dict[str, Any]) -> float | None:
+    clamp = params.get("ratio_clamp")
+    return None if clamp is None else float(clamp)
+
+
 def rows(r: Rows) -> ChunkResult:
     assert r.p is not None and r.ce is not None and r.similarity is not None
     p, ce, similarity, y = r.p, r.ce, r.similarity, r.y
@@ -44,8 +78,11 @@ def rows(r: Rows) -> ChunkResult:
     # The official `gt_q` trick: the target's own mass is left out of the value (gradient unchanged).
     # Clamped at 0 against rounding: mathematically e >= p_y * s_y >= 0.
     e = (demd + p[index, y] * similarity[index, y]).clamp_min_(0.0)
+    clamp = _clamp(r.params)
     if r.params["weighting"] == "emo1":
         ratio = ce / (e + EMO_EPS)
+        if clamp is not None:
+            ratio = ratio.clamp_max(clamp)
         loss = 0.5 * (ce + ratio * e)
         ce_weight, demd_weight = 0.5, 0.5 * ratio
     else:
@@ -75,8 +112,10 @@ def reference(f: FullLogits) -> tuple[Tensor, dict[str, Tensor]]:
     p_without_target = p - (p * one_hot).detach()
     e = 1.0 - ((p_without_target @ cost_hat) * target_emb).sum(-1)
     e = e + (e.clamp_min(0.0) - e).detach()  # rounding guard, value only (e >= 0 mathematically)
+    clamp = _clamp(f.params)
     if f.params["weighting"] == "emo1":
-        token = 0.5 * (ce + (ce / (e + EMO_EPS)).detach() * e)
+        ratio = (ce / (e + EMO_EPS)).detach()
+        token = 0.5 * (ce + (ratio if clamp is None else ratio.clamp_max(clamp)) * e)
     else:
         token = (e / (ce + EMO_EPS)).detach() * ce + e
     return token, {"demd": demd}
@@ -89,7 +128,7 @@ SPEC = LossSpec(
     "gradient (EMO, Ren et al., ICLR 2024)",
     rows,
     reference,
-    params=(COST_EMBEDDING, WEIGHTING),
+    params=(COST_EMBEDDING, WEIGHTING, RATIO_CLAMP),
     options=(
         Option(
             "emo_cost_embedding",
@@ -109,8 +148,15 @@ SPEC = LossSpec(
             "official instruction-tuning code) or 'emo2' = sg(DEMD / CE) * CE + DEMD (the official continual "
             "fine-tuning code).",
         ),
+        option(
+            RATIO_CLAMP,
+            "emo_ratio_clamp",
+            "emo1 only: cap c on the detached ratio, 0.5 * (CE + min(sg(CE / DEMD), c) * DEMD), the official "
+            "continual fine-tuning code's mode `emo` (c = 3.0); unset = no cap.",
+        ),
     ),
     stats=("demd",),
+    check=check,
     needs_cost_embedding=True,
     triton=True,
 )
