@@ -133,6 +133,8 @@ class _DistMatchArgs(BaseModel):
             fields = type(model).model_fields
             values = {key: getattr(model, key) if key in fields else raw.get(key) for key, _, _ in _CONFLICTS}
             _raise_conflicts(loss, values)
+            # The loss's options together (e.g. emo_ratio_clamp only with emo_weighting: emo1), as TRL checks them.
+            loss_params(loss, {o.name: getattr(model, o.name) for o in LOSS_OPTIONS if o.name in fields})
         return model
 
 

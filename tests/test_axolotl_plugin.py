@@ -218,11 +218,33 @@ def test_unknown_loss_fails_validation_naming_the_choices(assets, tmp_path) -> N
         ("emo_cost_embedding", "", "emo_cost_embedding='' is invalid"),
         ("eaft_alpha", -1.0, "eaft_alpha=-1.0 is invalid"),
         ("eaft_k", 0, "eaft_k=0 is invalid"),
+        ("tailr_min_weight", 1.5, "tailr_min_weight=1.5 is invalid"),
+        ("tailr_variant", "tvd", "'tailr' or 'emo_code'"),
+        ("emo_ratio_clamp", -1.0, "emo_ratio_clamp=-1.0 is invalid"),
     ],
 )
 def test_bad_option_values_fail_validation(assets, tmp_path, key, value, expected) -> None:
     with pytest.raises(ValidationError, match=re.escape(expected)):
         validate(tiny_config(assets, tmp_path, **{key: value}), gpu=False)
+
+
+def test_paper_variant_options(assets, tmp_path) -> None:
+    """tailr_min_weight / tailr_variant and emo_ratio_clamp: validated keys that reach the loss parameters."""
+    from trl_ext.options import loss_params
+
+    cfg = validate(
+        tiny_config(assets, tmp_path, loss="tailr", tailr_min_weight=0.3, tailr_variant="emo_code"), gpu=False
+    )
+    trainer_cls = PluginManager.get_instance().plugins[PLUGIN].get_trainer_cls(cfg)
+    options = trainer_cls.distmatch_options
+    assert (options["tailr_min_weight"], options["tailr_variant"]) == (0.3, "emo_code")
+    assert loss_params("tailr", options) == {"gamma": 0.5, "min_weight": 0.3, "variant": "emo_code"}
+    emo = validate(tiny_config(assets, tmp_path, loss="emo", emo_ratio_clamp=3.0), gpu=False)
+    assert emo.emo_ratio_clamp == 3.0
+    with pytest.raises(ValidationError, match="emo_ratio_clamp=3.0 bounds emo1's"):
+        validate(
+            tiny_config(assets, tmp_path, loss="emo", emo_weighting="emo2", emo_ratio_clamp=3.0), gpu=False
+        )
 
 
 def test_eaft_options_are_axolotls_own_eaft_keys(assets, tmp_path) -> None:

@@ -772,11 +772,40 @@ def test_unknown_loss_lists_the_choices(tmp_path):
         ({"loss": "emo", "emo_cost_embedding": ""}, "emo_cost_embedding"),
         ({"loss": "eaft", "eaft_alpha": -1.0}, "eaft_alpha"),
         ({"loss": "eaft", "eaft_k": 0}, "eaft_k"),
+        ({"loss": "tailr", "tailr_min_weight": 1.5}, "tailr_min_weight"),
+        ({"loss": "tailr", "tailr_variant": "tvd"}, "tailr_variant"),
+        ({"loss": "emo", "emo_ratio_clamp": 0.0}, "emo_ratio_clamp"),
+        (
+            {"loss": "emo", "emo_weighting": "emo2", "emo_ratio_clamp": 3.0},
+            "emo_ratio_clamp=3.0 bounds emo1's",
+        ),
     ],
 )
 def test_bad_option_values_are_rejected_by_the_config(tmp_path, overrides, option):
     with pytest.raises(ValueError, match=option):
         make_config(tmp_path, **overrides)
+
+
+def test_paper_variant_options_reach_the_loss_parameters(tmp_path):
+    """TaiLr's min_weight / the EMO code's tvd variant and EMO's ratio clamp: flags -> functional parameters."""
+    from trl_ext.options import loss_params
+
+    parser = trl.TrlParser((DistMatchSFTConfig,))
+    (config,) = parser.parse_args_and_config(
+        ["--output_dir", str(tmp_path), "--loss", "tailr", "--tailr_min_weight", "0.3", "--tailr_variant",
+         "emo_code", "--tailr_gamma", "0.9", "--emo_ratio_clamp", "3.0", "--use_cpu", "true"]
+    )  # fmt: skip
+    options = {k: getattr(config, k) for k in ("tailr_gamma", "tailr_min_weight", "tailr_variant")}
+    assert loss_params("tailr", options) == {"gamma": 0.9, "min_weight": 0.3, "variant": "emo_code"}
+    assert config.emo_ratio_clamp == 3.0
+    defaults = make_config(tmp_path, loss="tailr")
+    assert (defaults.tailr_min_weight, defaults.tailr_variant, defaults.emo_ratio_clamp) == (
+        0.2,
+        "tailr",
+        None,
+    )
+    assert loss_params("emo", {"emo_ratio_clamp": 3.0})["ratio_clamp"] == 3.0
+    assert loss_params("emo", {})["ratio_clamp"] is None
 
 
 def test_parser_rejects_unknown_loss_with_the_choices(tmp_path, capsys):
