@@ -1402,3 +1402,25 @@ def test_bad_chunk_size(bad, path):
             fused_token_loss("ce", hidden, weight, flabels, chunk_size=bad)
         else:
             token_loss("ce", logits, labels, chunk_size=bad)
+
+
+@pytest.mark.parametrize("path", ["token", "reference", "fused"])
+def test_tailr_variants_differ_at_the_default_gamma(path):
+    """At p_y = 0.1 and gamma 0.5 TaiLr's criterion weights CE by 0.20 (its floor; 0.18 unclamped) and the EMO
+    code's `tvd` baseline by 0.60 (0.59 unclamped): the two formulas are not the same at the default."""
+    z = torch.log(torch.tensor([[0.1, 0.9]], dtype=F64))
+    y = torch.tensor([0])
+    ce = -math.log(0.1)
+    expected = {
+        ("tailr", 0.2): 0.2,
+        ("tailr", 0.0): 0.1 / 0.55,
+        ("emo_code", 0.2): 0.6,
+        ("emo_code", 0.0): 0.5 + 0.5 * 0.1 / 0.55,
+    }
+    for (variant, floor), weight in expected.items():
+        params = {"variant": variant, "min_weight": floor}
+        if path == "fused":
+            loss = fused_token_loss("tailr", z, torch.eye(2, dtype=F64), y, **params)
+        else:
+            loss = call_logits_path(path, "tailr", z, y, params)
+        assert loss.item() == pytest.approx(weight * ce, rel=1e-12), (variant, floor)
