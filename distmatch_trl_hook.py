@@ -10,8 +10,8 @@ It activates only when both hold:
    or TRL's SFT script as started by `accelerate launch` (`python .../trl/scripts/sft.py ...`, the process that
    trains);
 2. a distmatch option is used: a flag `--loss`, `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`,
-   `--mixce_gamma` (also spelled with dashes, or as `--flag=value`), or a top-level key of those names in the
-   `--config` YAML.
+   `--mixce_gamma`, `--eaft_alpha`, `--eaft_k` (also spelled with dashes, or as `--flag=value`), or a top-level
+   key of those names in the `--config` YAML.
 
 Then it puts a `sys.meta_path` finder first that waits for the `trl` package to be imported and, right after,
 sets `trl.SFTConfig = trl_ext.config.DistMatchSFTConfig` and `trl.SFTTrainer = trl_ext.trainer.DistMatchSFTTrainer`
@@ -35,9 +35,14 @@ OPTION_NAMES = (
     "gem_beta",
     "emo_cost_embedding",
     "emo_weighting",
+    "emo_ratio_clamp",
     "ce_entropy_coef",
     "tailr_gamma",
+    "tailr_min_weight",
+    "tailr_variant",
     "mixce_gamma",
+    "eaft_alpha",
+    "eaft_k",
 )
 #: Any option starting with one of these also counts (future EMO options).
 OPTION_PREFIXES = ("emo_",)

@@ -1,8 +1,9 @@
 """The plugin's config keys: `loss` and the loss options, as a pydantic model Axolotl mixes into its config.
 
 Axolotl imports this class by its dotted path (`DistMatchPlugin.get_input_args`) and makes its fields top-level
-YAML keys. The option names, defaults and help are `trl_ext.options.LOSS_OPTIONS` (one name across TRL and
-Axolotl); values are checked by `trl_ext.options.loss_params`, the same check the TRL config runs.
+YAML keys. The option fields are built from `trl_ext.options.LOSS_OPTIONS` (defined by the loss specs: one name,
+type, default, help and choices across TRL and Axolotl); values are checked by `trl_ext.options.loss_params`,
+the same check the TRL config runs.
 
 Only pydantic and `trl_ext` are imported here (no Axolotl), so the schema can be inspected without Axolotl.
 """
@@ -13,11 +14,10 @@ import difflib
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, create_model, field_validator, model_validator
 
-from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, OPTION_DEFAULTS, loss_params
+from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, loss_params
 
-_HELP = {o.name: o.help for o in LOSS_OPTIONS}
 _OPTION_LOSS = {o.name: o.losses[0] for o in LOSS_OPTIONS}  # a loss that uses the option, to validate it
 
 CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
@@ -92,7 +92,7 @@ def unknown_loss_message(value: Any) -> str:
     return message + (f" Did you mean {close[0]!r}?" if close else "")
 
 
-class DistMatchArgs(BaseModel):
+class _DistMatchArgs(BaseModel):
     """Input args of the distmatch plugin: `loss: gem_ls` (plus its options) replaces the SFT cross-entropy."""
 
     loss: Literal[DISTMATCH_LOSSES] | None = Field(  # type: ignore[valid-type]
@@ -103,26 +103,6 @@ class DistMatchArgs(BaseModel):
             + ". Unset: Axolotl's own loss, the plugin does nothing."
         },
     )
-    gem_beta: float = Field(
-        default=OPTION_DEFAULTS["gem_beta"], json_schema_extra={"description": _HELP["gem_beta"]}
-    )
-    emo_cost_embedding: str = Field(
-        default=OPTION_DEFAULTS["emo_cost_embedding"],
-        json_schema_extra={"description": _HELP["emo_cost_embedding"]},
-    )
-    emo_weighting: Literal["emo1", "emo2"] = Field(
-        default=OPTION_DEFAULTS["emo_weighting"], json_schema_extra={"description": _HELP["emo_weighting"]}
-    )
-    ce_entropy_coef: float = Field(
-        default=OPTION_DEFAULTS["ce_entropy_coef"],
-        json_schema_extra={"description": _HELP["ce_entropy_coef"]},
-    )
-    tailr_gamma: float = Field(
-        default=OPTION_DEFAULTS["tailr_gamma"], json_schema_extra={"description": _HELP["tailr_gamma"]}
-    )
-    mixce_gamma: float = Field(
-        default=OPTION_DEFAULTS["mixce_gamma"], json_schema_extra={"description": _HELP["mixce_gamma"]}
-    )
 
     @field_validator("loss", mode="before")
     @classmethod
@@ -131,7 +111,7 @@ class DistMatchArgs(BaseModel):
             raise ValueError(unknown_loss_message(value))
         return value
 
-    @field_validator(*_OPTION_LOSS, mode="after")
+    @field_validator(*_OPTION_LOSS, mode="after", check_fields=False)  # the option fields are added below
     @classmethod
     def _valid_option(cls, value: Any, info: ValidationInfo) -> Any:
         # The TRL integration's check (`loss_params`), so a value is valid in both frameworks or in neither.
@@ -153,7 +133,23 @@ class DistMatchArgs(BaseModel):
             fields = type(model).model_fields
             values = {key: getattr(model, key) if key in fields else raw.get(key) for key, _, _ in _CONFLICTS}
             _raise_conflicts(loss, values)
+            # The loss's options together (e.g. emo_ratio_clamp only with emo_weighting: emo1), as TRL checks them.
+            loss_params(loss, {o.name: getattr(model, o.name) for o in LOSS_OPTIONS if o.name in fields})
         return model
+
+
+def _option_field(option: Any) -> tuple[Any, Any]:
+    annotation = Literal[option.choices] if option.choices is not None else option.type  # type: ignore[valid-type]
+    return annotation, Field(default=option.default, json_schema_extra={"description": option.help})
+
+
+DistMatchArgs = create_model(
+    "DistMatchArgs",
+    __base__=_DistMatchArgs,
+    __module__=__name__,
+    **{o.name: _option_field(o) for o in LOSS_OPTIONS},
+)
+DistMatchArgs.__doc__ = _DistMatchArgs.__doc__
 
 
 def _raise_conflicts(loss: str, values: Mapping[str, Any]) -> None:

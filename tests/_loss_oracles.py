@@ -19,11 +19,61 @@ DEFAULTS: dict[str, dict] = {
     "ce": {},
     "gem_linear": {"beta": 0.7},
     "gem_ls": {"beta": 0.7},
-    "emo": {"weighting": "emo1"},
+    "emo": {"weighting": "emo1", "ratio_clamp": None},
     "ce_entropy": {"entropy_coef": 0.1},
-    "tailr": {"gamma": 0.5},
+    "tailr": {"gamma": 0.5, "min_weight": 0.2, "variant": "tailr"},
     "mixce": {"gamma": 0.5},
+    "dft": {},
+    "eaft": {"alpha": 1.0, "k": 20},
 }
+EAFT_ENTROPY_SCALE = (
+    3.0  # the EAFT authors' divisor (LLaMA-Factory `use_eaft_loss`); Axolotl's `use_eaft` has none
+)
+
+
+def topk_entropy(z: torch.Tensor, k: int, log_eps: float = 0.0) -> torch.Tensor:
+    """Entropy of the softmax over the min(k, V) largest logits of each row (float64, by sorting).
+
+    `log_eps` > 0 gives Axolotl's variant, -sum q log(q + eps)."""
+    z = z.detach().double()
+    top = torch.sort(z, dim=1, descending=True).values[:, : min(k, z.shape[1])]
+    shifted = top - top[:, :1]
+    q = torch.exp(shifted) / torch.exp(shifted).sum(dim=1, keepdim=True)
+    return -(q * torch.log(q + log_eps)).sum(dim=1)
+
+
+def eaft_weight(z: torch.Tensor, alpha: float, k: int) -> torch.Tensor:
+    """The EAFT authors' weight (H_k / 3) ** alpha."""
+    return (topk_entropy(z, k) / EAFT_ENTROPY_SCALE) ** alpha
+
+
+def eaft_axolotl_weight(z: torch.Tensor, alpha: float, k: int) -> torch.Tensor:
+    """Axolotl 0.21 `use_eaft`'s weight: H_k ** alpha with log(q + 1e-10), no division by 3."""
+    return topk_entropy(z, k, log_eps=1e-10) ** alpha
+
+
+def tailr_weight(py: torch.Tensor, gamma: float, min_weight: float, variant: str) -> torch.Tensor:
+    """The detached TaiLr weight (float64), written from the two released implementations.
+
+    'tailr' (thu-coai/TaiLr fairseq/criterions/tailr.py): exp(log p - log(gamma + (1 - gamma) p)) clamped to
+    [min_weight, 1]. 'emo_code' (DRSY/EMO language_modeling/gpt2.py, mode `tvd`, gamma = its mixing_ratio):
+    gamma + (1 - gamma) clamp(p / ((1 - gamma) + gamma p), min_weight, 1), i.e. its
+    gamma * l + (1 - gamma) clamp(...) * l.
+    """
+    py = py.double()
+    if variant == "tailr":
+        if gamma == 0.0:  # p / p
+            ratio = torch.ones_like(py)
+        else:
+            ratio = torch.exp(torch.log(py) - torch.log(gamma + (1.0 - gamma) * py))
+        return torch.clamp(ratio, min=min_weight, max=1.0)
+    if variant == "emo_code":
+        if gamma == 1.0:
+            ratio = torch.ones_like(py)
+        else:
+            ratio = py / ((1.0 - gamma) + gamma * py)
+        return gamma + (1.0 - gamma) * torch.clamp(ratio, min=min_weight, max=1.0)
+    raise KeyError(variant)
 
 
 @dataclass
@@ -104,6 +154,8 @@ def oracle(name: str, logits: torch.Tensor, labels: torch.Tensor, **params) -> O
         d_demd = p * (c - demd[:, None])
         if cfg["weighting"] == "emo1":
             ratio = ell / (e + 1e-10)
+            if cfg["ratio_clamp"] is not None:  # the EMO repository's continual fine-tuning mode `emo`
+                ratio = torch.minimum(ratio, torch.full_like(ratio, float(cfg["ratio_clamp"])))
             value = 0.5 * (ell + ratio * e)
             grad = 0.5 * (p - onehot) + 0.5 * ratio[:, None] * d_demd
         elif cfg["weighting"] == "emo2":
@@ -118,18 +170,23 @@ def oracle(name: str, logits: torch.Tensor, labels: torch.Tensor, **params) -> O
         value = ell - coef * ent
         grad = (p - onehot) + coef * p * (logp + ent[:, None])
     elif name == "tailr":
-        gamma = float(cfg["gamma"])
-        if gamma == 0.0:
-            w = torch.ones_like(py)
-        else:
-            w = py / (gamma + (1.0 - gamma) * py)
+        w = tailr_weight(py, float(cfg["gamma"]), float(cfg["min_weight"]), cfg["variant"])
         value = w * ell
         grad = w[:, None] * (p - onehot)
+        e_out = w  # the detached weight, for the gradcheck surrogate
     elif name == "mixce":
         gamma = float(cfg["gamma"])
         w = gamma + (1.0 - gamma) * py
         value = w * ell
         grad = w[:, None] * (p - onehot)
+    elif name == "dft":
+        value = py * ell
+        grad = py[:, None] * (p - onehot)
+    elif name == "eaft":
+        w = eaft_weight(z, float(cfg["alpha"]), int(cfg["k"]))
+        value = w * ell
+        grad = w[:, None] * (p - onehot)
+        e_out = w  # the frozen weight, for the gradcheck surrogate
     else:
         raise KeyError(name)
 
@@ -161,8 +218,8 @@ def _ce_diff(z: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
 def surrogate(name: str, z: torch.Tensor, labels: torch.Tensor, frozen: Oracle | None = None, **params):
     """A differentiable function S(z) [N] with dS_n/dz_n == the spec'd gradient of loss `name`.
 
-    ce / ce_entropy: the loss itself. gem_linear: beta*lse(z/beta) - z_y. tailr / mixce: a potential
-    F(l) with F'(l) = w(exp(-l)). gem_ls / emo: the spec'd weights are frozen at the point where
+    ce / ce_entropy: the loss itself. gem_linear: beta*lse(z/beta) - z_y. tailr / mixce / dft: a potential
+    F(l) with F'(l) = w(exp(-l)). gem_ls / emo / eaft: the spec'd weights are frozen at the point where
     `frozen` (the oracle) was computed, and the remaining pieces (z_i - z_y, l, DEMD) are differentiated
     numerically by gradcheck, which independently checks the DEMD gradient formula.
     """
@@ -185,12 +242,21 @@ def surrogate(name: str, z: torch.Tensor, labels: torch.Tensor, frozen: Oracle |
     elif name == "mixce":
         gamma = float(cfg["gamma"])
         out = gamma * ell + (1.0 - gamma) * (1.0 - torch.exp(-ell))
-    elif name == "tailr":
+    elif name == "dft":  # F(l) = -exp(-l): F'(l) = p_y
+        out = -torch.exp(-ell)
+    elif name == "eaft":  # the weight frozen at the oracle's point
+        assert frozen is not None
+        out = frozen.e.to(z.dtype) * ell
+    elif name == "tailr" and cfg["variant"] == "tailr" and float(cfg["min_weight"]) == 0.0:
+        # unclamped TaiLr: a potential F(l) with F'(l) = p_y / (gamma + (1 - gamma) p_y)
         gamma = float(cfg["gamma"])
         if gamma == 1.0:
             out = -torch.exp(-ell)
         else:
             out = -torch.log(gamma + (1.0 - gamma) * torch.exp(-ell)) / (1.0 - gamma)
+    elif name == "tailr":  # clamped / EMO-code variant: the weight frozen at the oracle's point
+        assert frozen is not None
+        out = frozen.e.to(z.dtype) * ell
     elif name == "emo":
         assert frozen is not None
         p = torch.softmax(z, dim=1)
@@ -200,7 +266,10 @@ def surrogate(name: str, z: torch.Tensor, labels: torch.Tensor, frozen: Oracle |
         e0 = frozen.e
         if cfg["weighting"] == "emo1":
             a0 = 0.5 * torch.ones_like(ell0)
-            b0 = 0.5 * ell0 / (e0 + 1e-10)
+            ratio0 = ell0 / (e0 + 1e-10)
+            if cfg["ratio_clamp"] is not None:
+                ratio0 = torch.minimum(ratio0, torch.full_like(ratio0, float(cfg["ratio_clamp"])))
+            b0 = 0.5 * ratio0
         else:
             a0 = e0 / (ell0 + 1e-10)
             b0 = torch.ones_like(ell0)
@@ -226,7 +295,7 @@ def make_surrogate(name: str, z0: torch.Tensor, labels: torch.Tensor, **params):
     cfg = dict(DEFAULTS[name])
     cfg.update(params)
     frozen = None
-    if name == "emo":
+    if name in ("emo", "eaft", "tailr"):
         frozen = oracle(name, z0, labels, **params)
     if name == "gem_ls":
         r0 = gem_ls_frozen_r(z0, labels, float(cfg["beta"]))

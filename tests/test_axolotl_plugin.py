@@ -216,11 +216,73 @@ def test_unknown_loss_fails_validation_naming_the_choices(assets, tmp_path) -> N
         ("ce_entropy_coef", float("nan"), "ce_entropy_coef=nan is invalid"),
         ("emo_weighting", "emo3", "'emo1' or 'emo2'"),
         ("emo_cost_embedding", "", "emo_cost_embedding='' is invalid"),
+        ("eaft_alpha", -1.0, "eaft_alpha=-1.0 is invalid"),
+        ("eaft_k", 0, "eaft_k=0 is invalid"),
+        ("tailr_min_weight", 1.5, "tailr_min_weight=1.5 is invalid"),
+        ("tailr_variant", "tvd", "'tailr' or 'emo_code'"),
+        ("emo_ratio_clamp", -1.0, "emo_ratio_clamp=-1.0 is invalid"),
     ],
 )
 def test_bad_option_values_fail_validation(assets, tmp_path, key, value, expected) -> None:
     with pytest.raises(ValidationError, match=re.escape(expected)):
         validate(tiny_config(assets, tmp_path, **{key: value}), gpu=False)
+
+
+def test_paper_variant_options(assets, tmp_path) -> None:
+    """tailr_min_weight / tailr_variant and emo_ratio_clamp: validated keys that reach the loss parameters."""
+    from trl_ext.options import loss_params
+
+    cfg = validate(
+        tiny_config(assets, tmp_path, loss="tailr", tailr_min_weight=0.3, tailr_variant="emo_code"), gpu=False
+    )
+    trainer_cls = PluginManager.get_instance().plugins[PLUGIN].get_trainer_cls(cfg)
+    options = trainer_cls.distmatch_options
+    assert (options["tailr_min_weight"], options["tailr_variant"]) == (0.3, "emo_code")
+    assert loss_params("tailr", options) == {"gamma": 0.5, "min_weight": 0.3, "variant": "emo_code"}
+    emo = validate(tiny_config(assets, tmp_path, loss="emo", emo_ratio_clamp=3.0), gpu=False)
+    assert emo.emo_ratio_clamp == 3.0
+    with pytest.raises(ValidationError, match="emo_ratio_clamp=3.0 bounds emo1's"):
+        validate(
+            tiny_config(assets, tmp_path, loss="emo", emo_weighting="emo2", emo_ratio_clamp=3.0), gpu=False
+        )
+
+
+def test_eaft_options_are_axolotls_own_eaft_keys(assets, tmp_path) -> None:
+    """`eaft_alpha` / `eaft_k` mean the same for `loss: eaft` as for Axolotl's `use_eaft`, with the same defaults:
+    switching from `use_eaft: true` to `loss: eaft` keeps them (the weight differs by the constant 3 ** alpha)."""
+    from axolotl.utils.schemas.config import AxolotlInputConfig
+
+    own = AxolotlInputConfig.model_fields
+    assert (own["eaft_alpha"].default, own["eaft_k"].default) == (
+        OPTION_DEFAULTS["eaft_alpha"],
+        OPTION_DEFAULTS["eaft_k"],
+    )
+    cfg = validate(tiny_config(assets, tmp_path, loss="eaft", eaft_alpha=0.5, eaft_k=5), gpu=False)
+    assert (cfg.loss, cfg.eaft_alpha, cfg.eaft_k) == ("eaft", 0.5, 5)
+    trainer_cls = PluginManager.get_instance().plugins[PLUGIN].get_trainer_cls(cfg)
+    assert trainer_cls.distmatch_loss == "eaft"
+    assert (trainer_cls.distmatch_options["eaft_alpha"], trainer_cls.distmatch_options["eaft_k"]) == (0.5, 5)
+
+
+def test_eaft_equals_axolotls_own_eaft_loss_divided_by_3_pow_alpha():
+    """Against the installed Axolotl's `use_eaft` loss function itself (present from Axolotl 0.19)."""
+    import torch
+    from axolotl.monkeypatch.loss import eaft
+
+    from trl_ext.losses import token_loss
+
+    gen = torch.Generator().manual_seed(5)
+    batch, length, vocab = 2, 9, 50
+    logits = torch.randn(batch, length, vocab, generator=gen) * 3
+    labels = torch.randint(0, vocab, (batch, length), generator=gen)
+    labels[0, :3] = -100
+    shifted = labels[:, 1:]
+    items = int((shifted != -100).sum())
+    for alpha, k in ((1.0, 20), (0.7, 5)):
+        outputs = type("Outputs", (), {"logits": logits})()
+        theirs = eaft.eaft_loss(outputs, labels, num_items_in_batch=items, alpha=alpha, k=k)
+        ours = token_loss("eaft", logits[:, :-1].reshape(-1, vocab), shifted.reshape(-1), alpha=alpha, k=k)
+        assert float(ours.sum() / items) * 3.0**alpha == pytest.approx(float(theirs), rel=1e-5)
 
 
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"

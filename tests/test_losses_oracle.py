@@ -50,6 +50,8 @@ CONFIGS = [
     ("emo", {}),
     ("emo", {"weighting": "emo1"}),
     ("emo", {"weighting": "emo2"}),
+    ("emo", {"weighting": "emo1", "ratio_clamp": 3.0}),  # the EMO code's continual fine-tuning mode `emo`
+    ("emo", {"ratio_clamp": 0.4}),  # a cap that binds on most rows
     ("ce_entropy", {}),
     ("ce_entropy", {"entropy_coef": 0.0}),
     ("ce_entropy", {"entropy_coef": 0.5}),
@@ -57,10 +59,24 @@ CONFIGS = [
     ("tailr", {"gamma": 0.0}),
     ("tailr", {"gamma": 0.3}),
     ("tailr", {"gamma": 1.0}),
+    ("tailr", {"min_weight": 0.0}),  # unclamped: the EMO paper's eq. 16
+    ("tailr", {"gamma": 0.3, "min_weight": 0.0}),
+    ("tailr", {"gamma": 0.1, "min_weight": 0.6}),  # the clamp binds on most rows
+    ("tailr", {"variant": "emo_code"}),
+    ("tailr", {"variant": "emo_code", "gamma": 0.9}),
+    ("tailr", {"variant": "emo_code", "gamma": 0.1, "min_weight": 0.0}),
+    ("tailr", {"variant": "emo_code", "gamma": 1.0}),
+    ("tailr", {"variant": "emo_code", "gamma": 0.0}),
     ("mixce", {}),
     ("mixce", {"gamma": 0.0}),
     ("mixce", {"gamma": 0.2}),
     ("mixce", {"gamma": 1.0}),
+    ("dft", {}),
+    ("eaft", {}),
+    ("eaft", {"k": 4}),
+    ("eaft", {"alpha": 0.5, "k": 3}),
+    ("eaft", {"alpha": 2.0}),
+    ("eaft", {"alpha": 0.0}),
 ]
 # One config per loss (default params, EMO both weightings) for the more expensive sweeps.
 BASIC = [
@@ -71,7 +87,10 @@ BASIC = [
     ("emo", {"weighting": "emo2"}),
     ("ce_entropy", {}),
     ("tailr", {}),
+    ("tailr", {"variant": "emo_code"}),
     ("mixce", {}),
+    ("dft", {}),
+    ("eaft", {"k": 5}),
 ]
 
 
@@ -186,7 +205,17 @@ def assert_close(actual, expected, **tol):
 
 
 def test_api_constants():
-    assert tuple(LOSS_NAMES) == ("ce", "emo", "gem_linear", "gem_ls", "ce_entropy", "tailr", "mixce")
+    assert tuple(LOSS_NAMES) == (
+        "ce",
+        "emo",
+        "gem_linear",
+        "gem_ls",
+        "ce_entropy",
+        "tailr",
+        "mixce",
+        "dft",
+        "eaft",
+    )
     assert isinstance(LOSS_NAMES, tuple)
     assert IGNORE_INDEX == -100
     assert dataclasses.is_dataclass(TokenStats)
@@ -230,16 +259,30 @@ def _readable_autograd(name, z, labels, params):
         demd = 1 - (p * s).sum(dim=1)
         e = demd + (py * s.gather(1, ys[:, None]).squeeze(1)).detach()
         if cfg["weighting"] == "emo1":
-            out = 0.5 * (ell + (ell / (e + 1e-10)).detach() * e)
+            ratio = (ell / (e + 1e-10)).detach()
+            if cfg["ratio_clamp"] is not None:
+                ratio = torch.clamp(ratio, max=cfg["ratio_clamp"])
+            out = 0.5 * (ell + ratio * e)
         else:
             out = (e / (ell + 1e-10)).detach() * ell + e
     elif name == "ce_entropy":
         out = ell - cfg["entropy_coef"] * (-(p * logp).sum(dim=1))
     elif name == "tailr":
-        w = py.detach() / (cfg["gamma"] + (1 - cfg["gamma"]) * py.detach())
-        out = w * ell
+        g, lo, pd = cfg["gamma"], cfg["min_weight"], py.detach()
+        if cfg["variant"] == "tailr":
+            w = torch.clamp(pd / (g + (1 - g) * pd), lo, 1.0)
+            out = w * ell
+        else:  # the EMO code's tvd: gamma * l + (1 - gamma) * clamp(...) * l
+            out = g * ell + (1 - g) * torch.clamp(pd / ((1 - g) + g * pd), lo, 1.0) * ell
     elif name == "mixce":
         out = (cfg["gamma"] + (1 - cfg["gamma"]) * py.detach()) * ell
+    elif name == "dft":
+        out = py.detach() * ell
+    elif name == "eaft":
+        top = torch.topk(z.detach(), min(cfg["k"], z.shape[1]), dim=1).values
+        q = torch.softmax(top, dim=1)
+        entropy = -(q * torch.log(q)).sum(dim=1)
+        out = (entropy / 3.0) ** cfg["alpha"] * ell
     return out * valid.double()
 
 
@@ -585,7 +628,12 @@ def _ce_equiv_check(name, params, logits, labels, tol=TIGHT):
 
 @pytest.mark.parametrize(
     "name,params",
-    [("tailr", {"gamma": 0.0}), ("mixce", {"gamma": 1.0}), ("ce_entropy", {"entropy_coef": 0.0})],
+    [
+        ("tailr", {"gamma": 0.0}),
+        ("mixce", {"gamma": 1.0}),
+        ("ce_entropy", {"entropy_coef": 0.0}),
+        ("eaft", {"alpha": 0.0}),
+    ],
 )
 def test_reduces_to_ce(name, params):
     logits, labels = make_logits(seed=81)
@@ -1179,6 +1227,9 @@ UNKNOWN_PARAM_CASES = [
     ("mixce", {"mixing_ratio": 0.5}, ["gamma"]),
     ("gem_linear", {"cost_embedding": "EMB"}, ["beta"]),
     ("ce", {"weighting": "emo1"}, []),
+    ("dft", {"gamma": 0.5}, []),
+    ("eaft", {"beta": 0.5}, ["alpha", "k"]),
+    ("eaft", {"eaft_alpha": 0.5}, ["alpha", "k"]),
 ]
 
 
@@ -1207,6 +1258,8 @@ BAD_PARAM_VALUES = [
     ("mixce", "gamma", [-0.01, 1.01, float("-inf"), float("inf")]),
     ("ce_entropy", "entropy_coef", [-0.1, -1e-9, float("nan"), float("inf")]),
     ("emo", "weighting", ["emo3", "EMO1", "", "emo"]),
+    ("eaft", "alpha", [-0.5, -1e-9, float("nan"), float("inf"), "1"]),
+    ("eaft", "k", [0, -3, 2.5, True, "20"]),
 ]
 
 
@@ -1349,3 +1402,25 @@ def test_bad_chunk_size(bad, path):
             fused_token_loss("ce", hidden, weight, flabels, chunk_size=bad)
         else:
             token_loss("ce", logits, labels, chunk_size=bad)
+
+
+@pytest.mark.parametrize("path", ["token", "reference", "fused"])
+def test_tailr_variants_differ_at_the_default_gamma(path):
+    """At p_y = 0.1 and gamma 0.5 TaiLr's criterion weights CE by 0.20 (its floor; 0.18 unclamped) and the EMO
+    code's `tvd` baseline by 0.60 (0.59 unclamped): the two formulas are not the same at the default."""
+    z = torch.log(torch.tensor([[0.1, 0.9]], dtype=F64))
+    y = torch.tensor([0])
+    ce = -math.log(0.1)
+    expected = {
+        ("tailr", 0.2): 0.2,
+        ("tailr", 0.0): 0.1 / 0.55,
+        ("emo_code", 0.2): 0.6,
+        ("emo_code", 0.0): 0.5 + 0.5 * 0.1 / 0.55,
+    }
+    for (variant, floor), weight in expected.items():
+        params = {"variant": variant, "min_weight": floor}
+        if path == "fused":
+            loss = fused_token_loss("tailr", z, torch.eye(2, dtype=F64), y, **params)
+        else:
+            loss = call_logits_path(path, "tailr", z, y, params)
+        assert loss.item() == pytest.approx(weight * ce, rel=1e-12), (variant, floor)

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
-from trl_ext.losses import kernels as kernels_module
-from trl_ext.losses.kernels import KERNELS_ENV, TRITON_LOSSES, select_row_math
+from trl_ext.losses import row_backends as kernels_module
+from trl_ext.losses.row_backends import KERNELS_ENV, TRITON_LOSSES, select_row_math
 from trl_ext.losses.rows import chunk_math
 
 ON_CUDA = torch.cuda.is_available()
@@ -32,6 +32,7 @@ CASES = [
     ("gem_ls", {"beta": 0.3}),
     ("emo", {"weighting": "emo1"}),
     ("emo", {"weighting": "emo2"}),
+    ("emo", {"weighting": "emo1", "ratio_clamp": 0.4}),  # the cap binds on most rows
 ]
 CASE_IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in params.items())}" for name, params in CASES]
 

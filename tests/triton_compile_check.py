@@ -28,7 +28,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from trl_ext.losses import triton_rows  # noqa: E402
-from trl_ext.losses.kernels import TRITON_LOSSES  # noqa: E402
+from trl_ext.losses.registry import TRITON_LOSSES  # noqa: E402
 
 SIGNATURE = {
     "z_ptr": "*fp32",
@@ -43,6 +43,7 @@ SIGNATURE = {
     "z_stride": "i64",
     "sim_stride": "i64",
     "inv_beta": "fp32",
+    "ratio_max": "fp32",
     "LOSS": "constexpr",
     "EMO1": "constexpr",
     "WANT_GRAD": "constexpr",

@@ -36,7 +36,8 @@ class LossRequest:
 
     name: str
     params: dict[str, Any]
-    cost_embedding: Tensor | None = None  # EMO: fixed tensor, or None with `live_cost` for the current head
+    # The fixed cost embedding of a loss that needs one (EMO), or None with `live_cost`: the current head, detached.
+    cost_embedding: Tensor | None = None
     live_cost: bool = False
     force_logits_path: bool = False
     chunk_size: int | None = None
@@ -98,12 +99,10 @@ def compute_request(
     targets = targets.to(hidden.device)
     flat_targets = targets.reshape(-1)
     params = dict(request.params)
-    if request.name == "emo":
-        if request.live_cost:
-            params["cost_embedding"] = _head_weight(head).detach()
-        else:
-            assert request.cost_embedding is not None
-            params["cost_embedding"] = request.cost_embedding
+    if request.live_cost:
+        params["cost_embedding"] = _head_weight(head).detach()
+    elif request.cost_embedding is not None:
+        params["cost_embedding"] = request.cost_embedding
     if path == "fused":
         weight = _head_weight(head)
         flat_hidden = hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype)

@@ -15,76 +15,9 @@ import torch
 from trl import SFTTrainer
 
 from .config import DistMatchSFTConfig
-from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
-from .options import loss_params
+from .loss_mixin import DistMatchLossMixin, unwrap_peft
 
-_STAT_KEYS = (("ce", "ce"), ("entropy", "entropy"), ("mean_token_accuracy", "top1_correct"), ("demd", "demd"))
-
-
-def _unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
-    get_base_model = getattr(model, "get_base_model", None)
-    return get_base_model() if callable(get_base_model) and hasattr(model, "peft_config") else model
-
-
-class DistMatchLossMixin:
-    """Framework-neutral part of a trainer that trains with a distmatch loss (used by TRL and Axolotl trainers).
-
-    The host class is a `transformers.Trainer`; it calls `setup_distmatch_loss` after its own `__init__` and
-    routes `compute_loss` to `distmatch_compute_loss` when `distmatch_request` is set, and implements
-    `record_metric` to store a logged value the way its framework logs metrics.
-    """
-
-    distmatch_request: LossRequest | None = None
-
-    def setup_distmatch_loss(self, loss: str, options: dict[str, Any]) -> None:
-        """Patch the (PEFT-unwrapped) model's forward and resolve EMO's cost embedding, once, on every rank."""
-        params = loss_params(loss, options)  # validates before any model work
-        target = _unwrap_peft(self.model)
-        install_loss_forward(target)
-        cost_embedding, live = (None, False)
-        if loss == "emo":
-            cost_embedding, live = resolve_cost_embedding(target, options["emo_cost_embedding"])
-        self.distmatch_request = LossRequest(
-            name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
-        )
-
-    def record_metric(self, mode: str, key: str, value: float) -> None:
-        raise NotImplementedError
-
-    def distmatch_compute_loss(
-        self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool, num_items_in_batch: Any
-    ) -> Any:
-        """TRL's reduction contract: sum / num_items_in_batch (or the local count), x processes when averaging."""
-        mode = "train" if self.model.training else "eval"
-        inputs["use_cache"] = False
-        outputs = model(**inputs, distmatch_loss=self.distmatch_request)
-        mask = outputs.label_mask
-        denominator = mask.sum() if num_items_in_batch is None else num_items_in_batch
-        # Clamped: a micro-batch without trainable tokens gives a finite, still differentiable 0.
-        loss = outputs.per_token_loss.sum() / torch.as_tensor(denominator, device=mask.device).clamp(min=1)
-        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
-            # num_items_in_batch counts every rank's tokens and DDP averages gradients across ranks.
-            loss = loss * (self.accelerator.num_processes // getattr(self, "_tp_size", 1))
-        self._log_token_stats(mode, outputs)
-        if return_outputs:  # callers asking for logits (compute_metrics) get the model's own forward
-            with torch.no_grad():
-                logits_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
-                outputs = model(**logits_inputs)
-            return loss, outputs
-        return loss
-
-    def _log_token_stats(self, mode: str, outputs: Any) -> None:
-        stats = outputs.stats
-        present = [
-            (key, getattr(stats, field)) for key, field in _STAT_KEYS if getattr(stats, field) is not None
-        ]
-        sums = torch.stack(
-            [outputs.label_mask.sum().float()] + [t.detach().float().sum() for _, t in present]
-        )
-        sums = self.accelerator.gather_for_metrics(sums.unsqueeze(0)).sum(0)
-        count = sums[0].item()
-        for (key, _), total in zip(present, sums[1:].tolist()):
-            self.record_metric(mode, key, total / count if count > 0 else 0.0)
+__all__ = ["DistMatchLossMixin", "DistMatchSFTTrainer"]
 
 
 @contextlib.contextmanager
@@ -131,7 +64,7 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
             problems.append("a `compute_loss_func` (remove it; the loss is `loss`)")
         if getattr(args, "label_smoothing_factor", 0) > 0:
             problems.append("`label_smoothing_factor` > 0 (set it to 0)")
-        config = _unwrap_peft(self.model).config
+        config = unwrap_peft(self.model).config
         if getattr(config.get_text_config(), "output_router_logits", False):
             problems.append("an MoE model with `output_router_logits` (its auxiliary loss is not added yet)")
         parallelism = getattr(self.accelerator, "parallelism_config", None)

@@ -1,8 +1,9 @@
-"""Which implementation of the per-chunk row math runs: the PyTorch closed forms or the Triton row kernel.
+"""Chooses which implementation runs a chunk's row math: the PyTorch closed forms or the Triton row kernel.
 
-``DISTMATCH_KERNELS`` = ``auto`` (default: Triton for ce / gem_linear / gem_ls / emo on CUDA float32 chunks when
-Triton is installed, PyTorch otherwise), ``torch`` (always PyTorch), or ``triton`` (always Triton; an error where
-it cannot run. On CPU it needs Triton's interpreter, ``TRITON_INTERPRET=1``, which is how the tests run it).
+``DISTMATCH_KERNELS`` = ``auto`` (default: Triton for the losses whose spec says `triton=True`, on CUDA float32
+chunks when Triton is installed; PyTorch otherwise), ``torch`` (always PyTorch), or ``triton`` (always Triton;
+an error where it cannot run. On CPU it needs Triton's interpreter, ``TRITON_INTERPRET=1``, which is how the
+tests run it).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from collections.abc import Callable
 import torch
 
 from .._optional import is_available, require
+from .registry import TRITON_LOSSES
 from .rows import ChunkResult, chunk_math
 
 KERNELS_ENV = "DISTMATCH_KERNELS"
 KERNEL_CHOICES = ("auto", "torch", "triton")
-TRITON_LOSSES = ("ce", "gem_linear", "gem_ls", "emo")  # the losses the Triton row kernel implements
 
 RowMath = Callable[..., ChunkResult]
+
+__all__ = ["KERNELS_ENV", "KERNEL_CHOICES", "TRITON_LOSSES", "RowMath", "select_row_math"]
 
 
 def _triton_row_math() -> RowMath:

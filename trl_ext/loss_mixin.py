@@ -1,0 +1,90 @@
+"""`DistMatchLossMixin`: the framework-neutral part of a `transformers.Trainer` that trains with a distmatch loss.
+
+Used by the TRL trainer (`trl_ext.trainer`) and the Axolotl trainer (`axolotl_distmatch.trainer`); imports
+neither framework. It patches the model's forward once (`model_forward.py`), asks it for per-token losses and
+reduces them by TRL's contract (sum / `num_items_in_batch`, or the local token count; x processes under
+`average_tokens_across_devices`), then logs CE, entropy, token accuracy and the loss's own statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .losses import LOSSES
+from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
+from .options import cost_embedding_option, loss_params
+
+_BASE_STAT_KEYS = (("ce", "ce"), ("entropy", "entropy"), ("mean_token_accuracy", "top1_correct"))
+#: (logged key, `TokenStats` field): the shared statistics and every loss's own (EMO's `demd`).
+_STAT_KEYS = _BASE_STAT_KEYS + tuple(
+    dict.fromkeys((stat, stat) for spec in LOSSES.values() for stat in spec.stats)
+)
+
+
+def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) and hasattr(model, "peft_config") else model
+
+
+class DistMatchLossMixin:
+    """Framework-neutral part of a trainer that trains with a distmatch loss (used by TRL and Axolotl trainers).
+
+    The host class is a `transformers.Trainer`; it calls `setup_distmatch_loss` after its own `__init__` and
+    routes `compute_loss` to `distmatch_compute_loss` when `distmatch_request` is set, and implements
+    `record_metric` to store a logged value the way its framework logs metrics.
+    """
+
+    distmatch_request: LossRequest | None = None
+
+    def setup_distmatch_loss(self, loss: str, options: dict[str, Any]) -> None:
+        """Patch the (PEFT-unwrapped) model's forward and resolve EMO's cost embedding, once, on every rank."""
+        params = loss_params(loss, options)  # validates before any model work
+        target = unwrap_peft(self.model)
+        install_loss_forward(target)
+        cost_embedding, live = (None, False)
+        source = cost_embedding_option(loss)
+        if source is not None:
+            cost_embedding, live = resolve_cost_embedding(target, options[source])
+        self.distmatch_request = LossRequest(
+            name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
+        )
+
+    def record_metric(self, mode: str, key: str, value: float) -> None:
+        raise NotImplementedError
+
+    def distmatch_compute_loss(
+        self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool, num_items_in_batch: Any
+    ) -> Any:
+        """TRL's reduction contract: sum / num_items_in_batch (or the local count), x processes when averaging."""
+        mode = "train" if self.model.training else "eval"
+        inputs["use_cache"] = False
+        outputs = model(**inputs, distmatch_loss=self.distmatch_request)
+        mask = outputs.label_mask
+        denominator = mask.sum() if num_items_in_batch is None else num_items_in_batch
+        # Clamped: a micro-batch without trainable tokens gives a finite, still differentiable 0.
+        loss = outputs.per_token_loss.sum() / torch.as_tensor(denominator, device=mask.device).clamp(min=1)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            # num_items_in_batch counts every rank's tokens and DDP averages gradients across ranks.
+            loss = loss * (self.accelerator.num_processes // getattr(self, "_tp_size", 1))
+        self._log_token_stats(mode, outputs)
+        if return_outputs:  # callers asking for logits (compute_metrics) get the model's own forward
+            with torch.no_grad():
+                logits_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
+                outputs = model(**logits_inputs)
+            return loss, outputs
+        return loss
+
+    def _log_token_stats(self, mode: str, outputs: Any) -> None:
+        stats = outputs.stats
+        present = [
+            (key, getattr(stats, field)) for key, field in _STAT_KEYS if getattr(stats, field) is not None
+        ]
+        sums = torch.stack(
+            [outputs.label_mask.sum().float()] + [t.detach().float().sum() for _, t in present]
+        )
+        sums = self.accelerator.gather_for_metrics(sums.unsqueeze(0)).sum(0)
+        count = sums[0].item()
+        for (key, _), total in zip(present, sums[1:].tolist()):
+            self.record_metric(mode, key, total / count if count > 0 else 0.0)
