@@ -418,6 +418,10 @@ def test_example_config_passes_axolotl_validation_offline(monkeypatch, name) -> 
                 "loss": "emo",
                 "emo_weighting": "emo2",
                 "emo_cost_embedding": "TheBloke/Llama-2-13B-fp16",
+                "emo_ratio_clamp": None,  # the script's mode emo2 has no clamp
+                "tailr_variant": "emo_code",  # the EMO repository's baselines
+                "tailr_gamma": 0.9,
+                "mixce_gamma": 0.9,
                 "learning_rate": 2e-5,
                 "num_epochs": 1,
                 "sequence_len": 256,
