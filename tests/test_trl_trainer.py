@@ -415,6 +415,27 @@ def test_padding_free_training_equals_padded_training(models, data, tmp_path):
 # Every loss trains, with and without LoRA; logs and evaluation
 
 
+@pytest.mark.parametrize(
+    ("loss", "options", "params"),
+    [
+        (
+            "tailr",
+            {"tailr_variant": "emo_code", "tailr_gamma": 0.9, "tailr_min_weight": 0.3},
+            {"variant": "emo_code", "gamma": 0.9, "min_weight": 0.3},
+        ),
+        ("emo", {"emo_ratio_clamp": 3.0}, {"ratio_clamp": 3.0, "weighting": "emo1"}),
+    ],
+    ids=["tailr-emo_code", "emo-ratio_clamp"],
+)
+def test_paper_variants_train(models, data, tmp_path, loss, options, params):
+    """The EMO repository's tvd baseline and its clamped emo mode, trained through TRL from the options."""
+    trainer = make_trainer(models["plain"], data, tmp_path, loss=loss, **options)
+    assert {k: trainer.distmatch_request.params[k] for k in params} == params
+    trainer.train()
+    logs = step_logs(trainer)
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) and h["loss"] > 0 for h in logs)
+
+
 @pytest.mark.parametrize("use_lora", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("loss", OUR_LOSSES)
 def test_every_loss_trains_logs_and_evaluates(models, data, tmp_path, loss, use_lora):
