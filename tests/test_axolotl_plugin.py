@@ -1,4 +1,4 @@
-"""The Axolotl plugin (issue 4) through Axolotl 0.19 itself, on CPU, offline.
+"""The Axolotl plugin through Axolotl itself (0.19 and 0.21), on CPU, offline.
 
 Real runs, no mocks: a tiny random Llama built in code (`trl_ext.testing`), local JSONL data, `sample_packing: true`
 with `multipack_real_batches: false` (the flash-attention row layout: one `[1, micro_batch_size * sequence_len]`
@@ -8,7 +8,8 @@ in-process (Axolotl's own `tests/e2e` pattern: prepare_plugins -> validate_confi
 load_datasets -> train). The trainer writes what the loss saw to `DISTMATCH_DEBUG_TOKEN_COUNTS`; the tests
 recount the trainable shifted labels from the raw collated batches.
 
-Runs only in `.venv-axolotl` (`make test`); skipped where Axolotl is not installed.
+Runs in `.venv-axolotl` (Axolotl 0.19) and `.venv-axolotl-latest` (Axolotl 0.21) (`make test`); skipped where Axolotl
+is not installed.
 """
 
 from __future__ import annotations

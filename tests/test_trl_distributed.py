@@ -13,13 +13,15 @@ clipping, so that a wrong gradient scale shows in the loss of step 2, in the log
 
 Every rank must end normally (the launcher's exit status is 0 only if all ranks exit 0).
 
-DeepSpeed's first run on a machine compiles a small shared-memory op (~30 s, cached in ~/.cache/torch_extensions).
+DeepSpeed's first run compiles a small shared-memory op (~30 s; cached per venv under ~/.cache/distmatch-tests).
 Marked `multiprocess`: `make test SKIP_MULTIPROCESS=1` (or `pytest -m 'not multiprocess'`) skips them locally.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,13 @@ def _logs(out: Path) -> list[dict]:
     return logs
 
 
+def _extensions_dir() -> str:
+    """DeepSpeed's JIT-built shm op, cached per venv: builds for other interpreters or venv paths (whose include paths
+    differ) would otherwise replace each other in ~/.cache/torch_extensions and make every run wait for a rebuild."""
+    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return str(Path.home() / ".cache" / "distmatch-tests" / "torch_extensions" / key)
+
+
 def _train(command: list, assets: dict[str, Path], name: str, loss: str, batch: int, **env: str) -> dict:
     out = assets["root"] / name
     debug = assets["root"] / f"{name}-cost"
@@ -104,6 +113,7 @@ def _train(command: list, assets: dict[str, Path], name: str, loss: str, batch: 
         assets["root"],
         timeout=TIMEOUT,
         DISTMATCH_DEBUG_COST_EMBEDDING=str(debug),
+        TORCH_EXTENSIONS_DIR=_extensions_dir(),
         **env,
     )
     assert result.returncode == 0, _tail(result)
@@ -192,6 +202,7 @@ def test_deepspeed_zero3_refuses_a_live_cost_embedding(assets, wheel_venv):  # n
         [*command, "--loss", "emo", "--emo_cost_embedding", "live", *_args(assets, out, LOCAL_BATCH)],
         assets["root"],
         timeout=TIMEOUT,
+        TORCH_EXTENSIONS_DIR=_extensions_dir(),
     )
     assert result.returncode != 0
     assert "emo_cost_embedding='live' reads the LM head outside its forward" in result.stderr, _tail(result)

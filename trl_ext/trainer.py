@@ -27,12 +27,12 @@ COST_EMBEDDING_DEBUG_ENV = "DISTMATCH_DEBUG_COST_EMBEDDING"
 
 
 def _destroy_process_group() -> None:
-    """Registered with `atexit`: end the default process group while the interpreter is still whole.
+    """Registered with `atexit`: end the default process group, if it still exists, while the interpreter is whole.
 
-    Neither TRL's `trl sft` script nor `transformers.Trainer.train` ends it. Left to interpreter shutdown, gloo's
-    worker threads can still hold finished work (tensors owned by Python) when the interpreter is torn down; a
-    thread that then needs the GIL is ended from under C++ code and the process aborts (`terminate called without
-    an active exception`) or hangs, after a successful run. Not collective for gloo; a no-op when already ended.
+    TRL's SFT script ends it (`trainer.end()`) only from TRL 1.16 with transformers >= 5.18; older stacks leave it
+    to interpreter shutdown, where gloo worker threads may still hold finished work owning Python tensors (a known
+    way for a rank to abort with `terminate called without an active exception` after a successful run). Not
+    collective for gloo; a no-op when the group is already gone.
     """
     import torch.distributed as dist
 
