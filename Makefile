@@ -93,7 +93,7 @@ help:
 	@echo "make clean-venvs  delete the four venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
 	@echo "           PYTHON_LATEST=$(PYTHON_LATEST) TORCH_SPEC_LATEST=$(TORCH_SPEC_LATEST)"
-	@echo "skip the multi-process (2-process DeepSpeed / DDP) tests locally: make test PYTEST_ARGS=\"-m 'not multiprocess'\""
+	@echo "make test SKIP_MULTIPROCESS=1   skip the 2-process DeepSpeed / DDP tests locally (CI always runs them)"
 
 # ---------------------------------------------------------------------------------------------------------
 # Virtual environments
