@@ -8,6 +8,9 @@ reduces them by TRL's contract (sum / `num_items_in_batch`, or the local token c
 
 from __future__ import annotations
 
+import atexit
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +24,41 @@ _BASE_STAT_KEYS = (("ce", "ce"), ("entropy", "entropy"), ("mean_token_accuracy",
 _STAT_KEYS = _BASE_STAT_KEYS + tuple(
     dict.fromkeys((stat, stat) for spec in LOSSES.values() for stat in spec.stats)
 )
+
+
+#: Debugging aid: a folder; every rank saves the cost embedding (EMO) it trains with there (`rank<N>.pt`).
+COST_EMBEDDING_DEBUG_ENV = "DISTMATCH_DEBUG_COST_EMBEDDING"
+
+
+def _destroy_process_group() -> None:
+    """Registered with `atexit`: end the default process group, if it still exists, while the interpreter is whole.
+
+    TRL's SFT script ends it (`trainer.end()`) only from TRL 1.16 with transformers >= 5.18; older stacks leave it
+    to interpreter shutdown, where gloo worker threads may still hold finished work owning Python tensors (a known
+    way for a rank to abort with `terminate called without an active exception` after a successful run). Not
+    collective for gloo; a no-op when the group is already gone.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def end_process_group_at_exit() -> None:
+    """Make sure the default process group is destroyed before the interpreter shuts down (idempotent)."""
+    atexit.unregister(_destroy_process_group)
+    atexit.register(_destroy_process_group)
+
+
+def _save_cost_embedding(cost_embedding: torch.Tensor | None) -> None:
+    folder = os.environ.get(COST_EMBEDDING_DEBUG_ENV)
+    if not folder or cost_embedding is None:
+        return
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    torch.save(cost_embedding.detach().cpu(), Path(folder) / f"rank{rank}.pt")
 
 
 def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
@@ -41,12 +79,14 @@ class DistMatchLossMixin:
     def setup_distmatch_loss(self, loss: str, options: dict[str, Any]) -> None:
         """Patch the (PEFT-unwrapped) model's forward and resolve EMO's cost embedding, once, on every rank."""
         params = loss_params(loss, options)  # validates before any model work
+        end_process_group_at_exit()
         target = unwrap_peft(self.model)
         install_loss_forward(target)
         cost_embedding, live = (None, False)
         source = cost_embedding_option(loss)
         if source is not None:
             cost_embedding, live = resolve_cost_embedding(target, options[source])
+            _save_cost_embedding(cost_embedding)
         self.distmatch_request = LossRequest(
             name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
         )

@@ -15,7 +15,7 @@ import torch
 from trl import SFTTrainer
 
 from .config import DistMatchSFTConfig
-from .loss_mixin import DistMatchLossMixin, unwrap_peft
+from .loss_mixin import DistMatchLossMixin, end_process_group_at_exit, unwrap_peft
 
 __all__ = ["DistMatchLossMixin", "DistMatchSFTTrainer"]
 
@@ -53,6 +53,7 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
         loss = getattr(args, "distmatch_loss", None)
         with _allow_peft_lm_head(loss is not None):
             super().__init__(model, args, *pargs, **kwargs)
+        end_process_group_at_exit()  # multi-process runs: no abort or hang at interpreter exit
         if loss is not None:
             self._reject_incompatible(loss)
             self.setup_distmatch_loss(loss, args.loss_options())
