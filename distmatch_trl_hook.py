@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from distmatch_import_hook import PatchAfterImport, debug, switched_on
+from distmatch_import_hook import PatchAfterImport, debug, print_config_errors_as_one_line, switched_on
 
 #: Our `SFTConfig` fields. Kept in sync with `trl_ext.config` / `trl_ext.options.LOSS_OPTIONS` by the tests
 #: (this module must not import them: they import torch).
@@ -122,19 +122,19 @@ def patch_trl() -> None:
 
     trl.SFTConfig = DistMatchSFTConfig
     trl.SFTTrainer = DistMatchSFTTrainer
+    print_config_errors_as_one_line()  # a refused setting: one line naming it, exit status 1, no traceback
     _debug("trl.SFTConfig -> DistMatchSFTConfig, trl.SFTTrainer -> DistMatchSFTTrainer")
 
 
 def _patch_loudly(module: object = None) -> None:
     try:
         patch_trl()
-    except Exception as err:  # loud: the user asked for a distmatch option that will now be refused
-        print(
-            f"distmatch: could not enable the distmatch options of `trl sft` ({type(err).__name__}: {err}); "
-            "TRL runs unchanged. `distmatch-trl sft ...` gives the same options without this hook.",
-            file=sys.stderr,
-            flush=True,
-        )
+    except Exception as err:  # the user asked for a distmatch option: never let TRL train without it
+        raise SystemExit(
+            f"error: {', '.join(should_activate(sys.argv)) or 'a distmatch option'} asks for a distmatch loss, but "
+            f"the distmatch TRL integration failed to import ({type(err).__name__}: {err}). Reinstall distmatch "
+            "(pip install -U distmatch) or remove the distmatch options."
+        ) from None
 
 
 finder = PatchAfterImport("trl", _patch_loudly, source="distmatch_trl_hook")

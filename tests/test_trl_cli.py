@@ -514,7 +514,7 @@ def test_hook_switched_off_fails_like_upstream_trl(wheel_venv, tiny, tmp_path):
 @pytest.mark.slow
 def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
     """The explicit console script: YAML defaults, flags override them, unknown keys go to `accelerate launch`."""
-    (tmp_path / "cfg.yaml").write_text("loss: gem_linear\ngem_beta: 0.5\nnum_processes: 1\n")
+    (tmp_path / "cfg.yaml").write_text("loss: gem_linear\nemo_weighting: emo2\nnum_processes: 1\n")
     command = [
         wheel_venv.distmatch_trl,
         "sft",
@@ -530,10 +530,10 @@ def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
     assert _hook_events(out.stderr) == []
     assert "`--num_processes` was set to a value of" not in out.stderr  # the YAML key reached accelerate
     logs, args = _trained(tmp_path / "out")
-    assert (type(args).__name__, args.loss, args.emo_cost_embedding, args.gem_beta) == (
+    assert (type(args).__name__, args.loss, args.emo_cost_embedding, args.emo_weighting) == (
         "DistMatchSFTConfig",
         "emo",
         "live",
-        0.5,
+        "emo2",
     )
     assert all({"ce", "demd"} <= entry.keys() for entry in logs)

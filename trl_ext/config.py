@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 
 from trl import SFTConfig
 
+from .checks import (
+    DistMatchConfigError,
+    check_loss_type,
+    check_option_usage,
+    framework_conflicts,
+    raise_conflicts,
+)
+from .emo_cost import check_cost_embedding_source
 from .options import DISTMATCH_LOSSES, EMO_COST_EMBEDDINGS, LOSS_OPTIONS, OPTION_DEFAULTS, loss_params
 
 # TRL 1.7 - 1.14 declare `loss_type: str | None = None` without `choices` (the values are only in the help text).
@@ -26,6 +34,14 @@ LOSS_CHOICES: tuple[str, ...] = trl_loss_types() + tuple(
 _HELP = {o.name: o.help for o in LOSS_OPTIONS}
 
 
+def _help(name: str) -> str:
+    return f"{_HELP[name]} Default: {OPTION_DEFAULTS[name]!r} (only with a `loss` that uses it)."
+
+
+def _default_loss_type() -> str | None:
+    return {f.name: f for f in dataclasses.fields(SFTConfig)}["loss_type"].default
+
+
 @dataclass
 class DistMatchSFTConfig(SFTConfig):
     """`SFTConfig` with the distmatch loss options; every other TRL option keeps its meaning.
@@ -43,44 +59,54 @@ class DistMatchSFTConfig(SFTConfig):
             "choices": list(LOSS_CHOICES),
         },
     )
-    gem_beta: float = field(default=OPTION_DEFAULTS["gem_beta"], metadata={"help": _HELP["gem_beta"]})
-    emo_cost_embedding: str = field(
-        default=OPTION_DEFAULTS["emo_cost_embedding"], metadata={"help": _HELP["emo_cost_embedding"]}
+    # Unset (None) means the default in the help; a value set without a loss that uses it is refused.
+    gem_beta: float | None = field(default=None, metadata={"help": _help("gem_beta")})
+    emo_cost_embedding: str | None = field(default=None, metadata={"help": _help("emo_cost_embedding")})
+    emo_weighting: str | None = field(
+        default=None, metadata={"help": _help("emo_weighting"), "choices": ["emo1", "emo2"]}
     )
-    emo_weighting: str = field(
-        default=OPTION_DEFAULTS["emo_weighting"],
-        metadata={"help": _HELP["emo_weighting"], "choices": ["emo1", "emo2"]},
-    )
-    ce_entropy_coef: float = field(
-        default=OPTION_DEFAULTS["ce_entropy_coef"], metadata={"help": _HELP["ce_entropy_coef"]}
-    )
-    tailr_gamma: float = field(
-        default=OPTION_DEFAULTS["tailr_gamma"], metadata={"help": _HELP["tailr_gamma"]}
-    )
-    mixce_gamma: float = field(
-        default=OPTION_DEFAULTS["mixce_gamma"], metadata={"help": _HELP["mixce_gamma"]}
-    )
+    ce_entropy_coef: float | None = field(default=None, metadata={"help": _help("ce_entropy_coef")})
+    tailr_gamma: float | None = field(default=None, metadata={"help": _help("tailr_gamma")})
+    mixce_gamma: float | None = field(default=None, metadata={"help": _help("mixce_gamma")})
 
     def __post_init__(self) -> None:
+        # Our checks first: they are about the user's distmatch settings and must not be masked by TRL's own.
+        check_option_usage(self.loss, self.set_loss_options(), LOSS_OPTIONS, DISTMATCH_LOSSES)
+        if (
+            self.loss is not None and self.loss not in LOSS_CHOICES
+        ):  # YAML / Python bypass argparse's `choices`
+            raise DistMatchConfigError(
+                f"loss={self.loss!r} is not a known loss. Valid values: {', '.join(LOSS_CHOICES)}."
+            )
+        check_loss_type(self.loss, self.loss_type, _default_loss_type())
+        if self.loss in DISTMATCH_LOSSES:
+            raise_conflicts(self.loss, framework_conflicts(vars(self)))
+            # Validate the hyper-parameters (and an EMO cost-embedding model's config) now, not at the first step.
+            try:
+                loss_params(self.loss, self.loss_options())
+                if self.loss == "emo":
+                    check_cost_embedding_source(self.loss_options()["emo_cost_embedding"])
+            except DistMatchConfigError:
+                raise
+            except ValueError as err:
+                raise DistMatchConfigError(str(err)) from None
         super().__post_init__()
         if self.loss is None:
             return
-        if self.loss not in LOSS_CHOICES:  # YAML / Python values bypass argparse's `choices`
-            raise ValueError(
-                f"loss={self.loss!r} is not a known loss. Valid values: {', '.join(LOSS_CHOICES)}."
-            )
         if self.loss in trl_loss_types():
             self.loss_type = self.loss
             return
         # TRL computes no loss of its own: plain "nll" keeps TRL < 1.15 from patching its chunked-NLL head (which
         # also rejects PEFT on lm_head).
         self.loss_type = "nll"
-        loss_params(
-            self.loss, self.loss_options()
-        )  # validate the hyper-parameters now, not at the first step
+
+    def set_loss_options(self) -> dict[str, object]:
+        """The loss options the user set (not None)."""
+        return {o.name: getattr(self, o.name) for o in LOSS_OPTIONS if getattr(self, o.name) is not None}
 
     def loss_options(self) -> dict[str, object]:
-        return {o.name: getattr(self, o.name) for o in LOSS_OPTIONS}
+        """Every loss option, defaults filled in."""
+        return {**OPTION_DEFAULTS, **self.set_loss_options()}
 
     @property
     def distmatch_loss(self) -> str | None:

@@ -202,22 +202,10 @@ def resolve_cost_embedding(model: nn.Module, option: str) -> tuple[Tensor | None
         return None, True
     if option == "frozen":
         return frozen_head_copy(model), False
-    from transformers import AutoModelForCausalLM  # another model's output embedding, by path or hub id
+    # Another model's output embedding: only that tensor is read (stored dtype), checked against our vocabulary.
+    from .emo_cost import read_output_embedding
 
-    try:
-        other = AutoModelForCausalLM.from_pretrained(option, dtype=torch.float32, low_cpu_mem_usage=True)
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"emo_cost_embedding={option!r} is neither 'frozen', 'live' nor a loadable model path / hub id: {err}"
-        ) from err
-    embedding = other.get_output_embeddings().weight.detach().clone()
-    vocab = model.get_output_embeddings().weight.shape[0]
-    if _is_deepspeed_zero3(model.get_output_embeddings().weight):
-        vocab = model.get_output_embeddings().weight.ds_shape[0]
-    if embedding.shape[0] != vocab:
-        raise ValueError(
-            f"emo_cost_embedding={option!r} has {embedding.shape[0]} output rows but the model has {vocab}; EMO's "
-            "cost embedding must come from a model with the same vocabulary (tokenizer)."
-        )
-    del other
-    return embedding, False
+    weight = model.get_output_embeddings().weight
+    vocab = weight.ds_shape[0] if _is_deepspeed_zero3(weight) else weight.shape[0]
+    device = weight.device if weight.device.type != "meta" else None
+    return read_output_embedding(option, vocab).to(device), False

@@ -15,6 +15,7 @@ import torch
 from trl import SFTTrainer
 
 from .config import DistMatchSFTConfig
+from .emo_cost import check_cost_embedding_source, model_vocab_size
 from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
 from .options import loss_params
 
@@ -24,6 +25,17 @@ _STAT_KEYS = (("ce", "ce"), ("entropy", "entropy"), ("mean_token_accuracy", "top
 def _unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
     get_base_model = getattr(model, "get_base_model", None)
     return get_base_model() if callable(get_base_model) and hasattr(model, "peft_config") else model
+
+
+def _vocab_size(model: Any) -> int | None:
+    """The vocabulary of `model` (a model or a local path; None when unknown), without loading weights."""
+    if isinstance(model, str):
+        return model_vocab_size(model)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is None:
+        return None
+    return weight.ds_shape[0] if hasattr(weight, "ds_shape") else weight.shape[0]
 
 
 class DistMatchLossMixin:
@@ -118,6 +130,8 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
             name = model if isinstance(model, str) else model.config._name_or_path
             args = DistMatchSFTConfig(f"{name.split('/')[-1]}-SFT")
         loss = getattr(args, "distmatch_loss", None)
+        if loss == "emo":  # before TRL tokenises the dataset: another model's vocabulary is refused now
+            check_cost_embedding_source(args.loss_options()["emo_cost_embedding"], _vocab_size(model))
         with _allow_peft_lm_head(loss is not None):
             super().__init__(model, args, *pargs, **kwargs)
         if loss is not None:
