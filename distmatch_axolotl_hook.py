@@ -6,9 +6,9 @@ reads `loss: gem_ls` and trains plain cross-entropy; Axolotl >= 0.21 auto-loads 
 
 The distmatch wheel installs `distmatch_axolotl_hook.pth`, whose single line imports this module at every
 interpreter start. Like the TRL hook it is cheap and inert: it imports only `os`/`sys` (and the shared
-`distmatch_import_hook`) and puts one `sys.meta_path` finder first that ignores every import except that of
-`axolotl.utils.config`. Right after that module has run, its `prepare_plugins(cfg)` (which registers the config's
-plugins, before validation) is wrapped:
+`distmatch_import_hook`) and puts `sys.meta_path` finders first that ignore every import except those of
+`axolotl.cli.config` and `axolotl.utils.config`. Right after such a module has run, its `prepare_plugins(cfg)`
+(which registers the config's plugins, before validation; `axolotl train` uses the CLI module's) is wrapped:
 
 * a config without distmatch keys is passed through untouched;
 * a config with one (`loss`, `gem_beta`, `emo_...`, ...) gets `axolotl_distmatch.DistMatchPlugin` added to its
@@ -33,7 +33,8 @@ from distmatch_import_hook import (
 )
 
 ENV_SWITCH = "DISTMATCH_AXOLOTL_HOOK"
-TARGET_MODULE = "axolotl.utils.config"
+#: The modules defining `prepare_plugins(cfg)`: the CLI's (`load_cfg`, behind `axolotl train`) and the library's.
+TARGET_MODULES = ("axolotl.cli.config", "axolotl.utils.config")
 PLUGIN = "axolotl_distmatch.DistMatchPlugin"
 #: Spellings of our plugin in `plugins:` (Axolotl 0.21 also accepts `module:Class`).
 PLUGIN_NAMES = (PLUGIN, "axolotl_distmatch.plugin.DistMatchPlugin")
@@ -124,7 +125,7 @@ def patch_prepare_plugins(module: object) -> bool:
     prepare_plugins._distmatch_wrapped = True  # type: ignore[attr-defined]
     module.prepare_plugins = prepare_plugins  # type: ignore[attr-defined]
     print_config_errors_as_one_line()  # an Axolotl process: refused settings as one line, exit status 1
-    _debug("axolotl.utils.config.prepare_plugins wrapped")
+    _debug(f"{getattr(module, '__name__', '?')}.prepare_plugins wrapped")
     return True
 
 
@@ -135,16 +136,17 @@ def _patch(module: object) -> None:
         _debug(f"not patched: {err!r}")
 
 
-finder = PatchAfterImport(TARGET_MODULE, _patch, source="distmatch_axolotl_hook")
+finders = [PatchAfterImport(target, _patch, source="distmatch_axolotl_hook") for target in TARGET_MODULES]
 
 
 def _activate() -> None:
     if not enabled():
         return
-    if TARGET_MODULE in sys.modules:  # imported before us (not the case at interpreter start)
-        _patch(sys.modules[TARGET_MODULE])
-        return
-    finder.install()
+    for finder in finders:
+        if finder.target in sys.modules:  # imported before us (not the case at interpreter start)
+            _patch(sys.modules[finder.target])
+        else:
+            finder.install()
 
 
 try:

@@ -9,7 +9,7 @@ It activates only when both hold:
 1. the process is TRL's SFT command, either the `trl` console script with the subcommand `sft` (`trl sft ...`)
    or TRL's SFT script as started by `accelerate launch` (`python .../trl/scripts/sft.py ...`, the process that
    trains);
-2. a distmatch option is used: a flag `--loss`, `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`,
+2. a distmatch option is used (or `-h` / `--help` is asked for, so that the help lists them): a flag `--loss`, `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`,
    `--mixce_gamma` (also spelled with dashes, or as `--flag=value`), or a top-level key of those names in the
    `--config` YAML.
 
@@ -110,7 +110,14 @@ def enabled() -> bool:
 def should_activate(argv: list[str]) -> list[str]:
     """Why the hook should act for this `sys.argv` (the options found), or an empty list."""
     args = sft_arguments(argv)
-    return [] if args is None else distmatch_options(args)
+    if args is None:
+        return []
+    found = distmatch_options(args)
+    if not found and any(
+        arg in ("-h", "--help") for arg in args[: args.index("--") if "--" in args else None]
+    ):
+        found = ["--help"]  # `trl sft --help` lists the distmatch options too
+    return found
 
 
 def patch_trl() -> None:
