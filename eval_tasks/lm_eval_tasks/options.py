@@ -120,7 +120,8 @@ def check_task_options(metadata: Mapping[str, Any], model_args: Iterable[str] | 
             continue
         if key in known or key in passed_through:
             continue
-        close = difflib.get_close_matches(key, list(TASK_OPTIONS), n=1, cutoff=0.6)
+        # Without the model arguments' names, only a near-certain typo is refused (`batch_size` may be one).
+        close = difflib.get_close_matches(key, list(TASK_OPTIONS), n=1, cutoff=0.6 if model_args else 0.8)
         if model_args is None and not close:
             continue
         hint = f" (did you mean {close[0]!r}?)" if close else ""
