@@ -44,11 +44,13 @@ def _fetch(value: str, filename: str) -> str | None:
 
     try:
         return hf_hub_download(value, filename)
-    except EntryNotFoundError:
-        return None
-    except LocalEntryNotFoundError:
+    except (
+        LocalEntryNotFoundError
+    ):  # offline / not cached (a subclass of EntryNotFoundError in recent releases)
         if filename == "config.json":
             raise
+        return None
+    except EntryNotFoundError:  # the repository has no such file
         return None
 
 
