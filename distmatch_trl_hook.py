@@ -129,8 +129,29 @@ def patch_trl() -> None:
 
     trl.SFTConfig = DistMatchSFTConfig
     trl.SFTTrainer = DistMatchSFTTrainer
+    _check_after_parsing(trl.TrlParser)
     print_config_errors_as_one_line()  # a refused setting: one line naming it, exit status 1, no traceback
     _debug("trl.SFTConfig -> DistMatchSFTConfig, trl.SFTTrainer -> DistMatchSFTTrainer")
+
+
+def _check_after_parsing(parser_class: type) -> None:
+    """Run `trl_ext.cli.check_parsed` on what TRL's parser returns (checks across its dataclasses, e.g. EMO's
+    cost-embedding vocabulary against the model's), in the `trl sft` process, before anything is launched."""
+    original = parser_class.parse_args_and_config
+    if getattr(original, "_distmatch_wrapped", False):
+        return
+    import functools
+
+    from trl_ext.cli import check_parsed
+
+    @functools.wraps(original)
+    def parse_args_and_config(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        result = original(self, *args, **kwargs)
+        check_parsed(result if isinstance(result, (tuple, list)) else [result])
+        return result
+
+    parse_args_and_config._distmatch_wrapped = True  # type: ignore[attr-defined]
+    parser_class.parse_args_and_config = parse_args_and_config
 
 
 def _patch_loudly(module: object = None) -> None:
