@@ -2,21 +2,25 @@
 
 The distmatch wheel installs `distmatch_trl_hook.pth` at the root of site-packages; Python runs its single line,
 `import distmatch_trl_hook`, at every interpreter start. So this module is cheap and inert: it imports nothing
-beyond `os`/`sys` (and the shared `distmatch_import_hook`), looks only at `sys.argv` (and, for `--config file.yaml`, at that file), and never raises.
+beyond `os`/`sys` (and the shared `distmatch_import_hook`), looks only at `sys.argv` (and, for
+`--config file.yaml`, at that file), and never raises at interpreter start.
 
 It activates only when both hold:
 
 1. the process is TRL's SFT command, either the `trl` console script with the subcommand `sft` (`trl sft ...`)
    or TRL's SFT script as started by `accelerate launch` (`python .../trl/scripts/sft.py ...`, the process that
    trains);
-2. a distmatch option is used (or `-h` / `--help` is asked for, so that the help lists them): a flag `--loss`, `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`,
-   `--mixce_gamma` (also spelled with dashes, or as `--flag=value`), or a top-level key of those names in the
-   `--config` YAML.
+2. a distmatch option is used (or `-h` / `--help` is asked for, so that the help lists them): a flag `--loss`,
+   `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`, `--mixce_gamma` (also spelled with dashes, or
+   as `--flag=value`), or a top-level key of those names in the `--config` YAML.
 
 Then it puts a `sys.meta_path` finder first that waits for the `trl` package to be imported and, right after,
 sets `trl.SFTConfig = trl_ext.config.DistMatchSFTConfig` and `trl.SFTTrainer = trl_ext.trainer.DistMatchSFTTrainer`
 (both imported at that moment). TRL's CLI builds its parser from `trl.SFTConfig` and its SFT script trains with
 `trl.SFTTrainer`, both looked up when used, so the distmatch options are parsed, validated and trained with.
+It also runs the checks that need several of TRL's parsed dataclasses right after TRL's parser
+(`trl_ext.cli.check_parsed`), and prints a refused setting as one `error: ...` line (no traceback). If distmatch
+cannot be imported then, the run stops with one line saying so: TRL never trains its own loss instead.
 
 `DISTMATCH_TRL_HOOK=0` (or false/no/off) disables it; `DISTMATCH_DEBUG=1` prints its decisions to stderr.
 The hook-free route is the `distmatch-trl sft ...` console script.
