@@ -2,7 +2,8 @@
 
 The distmatch wheel installs `distmatch_trl_hook.pth` at the root of site-packages; Python runs its single line,
 `import distmatch_trl_hook`, at every interpreter start. So this module is cheap and inert: it imports nothing
-beyond `os`/`sys` (and the shared `distmatch_import_hook`), looks only at `sys.argv` (and, for `--config file.yaml`, at that file), and never raises.
+beyond `os`/`sys` (and the shared `distmatch_import_hook`), looks only at `sys.argv` (and, for
+`--config file.yaml`, at that file), and never raises at interpreter start.
 
 It activates only when both hold:
 
@@ -17,6 +18,9 @@ Then it puts a `sys.meta_path` finder first that waits for the `trl` package to 
 sets `trl.SFTConfig = trl_ext.config.DistMatchSFTConfig` and `trl.SFTTrainer = trl_ext.trainer.DistMatchSFTTrainer`
 (both imported at that moment). TRL's CLI builds its parser from `trl.SFTConfig` and its SFT script trains with
 `trl.SFTTrainer`, both looked up when used, so the distmatch options are parsed, validated and trained with.
+It also runs the checks that need several of TRL's parsed dataclasses right after TRL's parser
+(`trl_ext.cli.check_parsed`), and prints a refused setting as one `error: ...` line (no traceback). If distmatch
+cannot be imported then, the run stops with one line saying so: TRL never trains its own loss instead.
 
 `DISTMATCH_TRL_HOOK=0` (or false/no/off) disables it; `DISTMATCH_DEBUG=1` prints its decisions to stderr.
 The hook-free route is the `distmatch-trl sft ...` console script.
@@ -131,8 +135,29 @@ def patch_trl() -> None:
 
     trl.SFTConfig = DistMatchSFTConfig
     trl.SFTTrainer = DistMatchSFTTrainer
+    _check_after_parsing(trl.TrlParser)
     print_config_errors_as_one_line()  # a refused setting: one line naming it, exit status 1, no traceback
     _debug("trl.SFTConfig -> DistMatchSFTConfig, trl.SFTTrainer -> DistMatchSFTTrainer")
+
+
+def _check_after_parsing(parser_class: type) -> None:
+    """Run `trl_ext.cli.check_parsed` on what TRL's parser returns (checks across its dataclasses, e.g. EMO's
+    cost-embedding vocabulary against the model's), in the `trl sft` process, before anything is launched."""
+    original = parser_class.parse_args_and_config
+    if getattr(original, "_distmatch_wrapped", False):
+        return
+    import functools
+
+    from trl_ext.cli import check_parsed
+
+    @functools.wraps(original)
+    def parse_args_and_config(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        result = original(self, *args, **kwargs)
+        check_parsed(result if isinstance(result, (tuple, list)) else [result])
+        return result
+
+    parse_args_and_config._distmatch_wrapped = True  # type: ignore[attr-defined]
+    parser_class.parse_args_and_config = parse_args_and_config
 
 
 def _patch_loudly(module: object = None) -> None:

@@ -584,11 +584,16 @@ def test_trl_sft_yaml_loss_with_another_loss_type_is_refused(wheel_venv, tiny, t
     assert "loss_type='dft'" in _one_line_error(out)
 
 
-def test_distmatch_trl_refuses_a_cost_embedding_with_another_vocabulary(wheel_venv, tiny, tmp_path):
-    """Found from the two config.json files while parsing, before anything is launched or loaded."""
+@pytest.mark.parametrize("command", ["trl", "distmatch-trl"])
+def test_cost_embedding_with_another_vocabulary_is_refused_while_parsing(wheel_venv, tiny, tmp_path, command):
+    """Found from the two config.json files right after parsing, before anything is launched or loaded."""
     other = build_tiny_llama(tmp_path / "other", vocab_size=280)
-    command = [wheel_venv.distmatch_trl, "sft", "--loss", "emo", "--emo_cost_embedding", str(other)]
-    out = _run([*command, *_train_args(tiny, tmp_path / "out")], tmp_path, DISTMATCH_TRL_HOOK="0")
+    program = wheel_venv.trl if command == "trl" else wheel_venv.distmatch_trl
+    flags = ["sft", "--loss", "emo", "--emo_cost_embedding", str(other)]
+    out = _run([program, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
     line = _one_line_error(out)
-    assert line.startswith("distmatch-trl: error: emo_cost_embedding=") and "vocabulary" in line, line
+    prefix = "error: " if command == "trl" else "distmatch-trl: error: "
+    assert line.startswith(prefix + f"emo_cost_embedding={str(other)!r}") and "vocabulary of 280" in line, (
+        line
+    )
     assert not (tmp_path / "out").exists()

@@ -68,8 +68,12 @@ def check_option_usage(
 
 
 def check_loss_type(loss: str | None, loss_type: str | None, default_loss_type: str | None) -> None:
-    """Refuse `loss` with a different explicit TRL `loss_type` (one would silently override the other)."""
-    if loss is None or loss_type in (None, default_loss_type, loss):
+    """Refuse `loss` with a different explicit TRL `loss_type` (one would silently override the other).
+
+    TRL's default (`nll` in TRL >= 1.15, None before) is indistinguishable from an explicit `nll`, so `nll` passes on
+    every version: it is the plain cross-entropy a distmatch loss replaces.
+    """
+    if loss is None or loss_type in (None, default_loss_type, loss, "nll"):
         return
     raise DistMatchConfigError(
         f"loss={loss!r} and loss_type={loss_type!r} ask for two different objectives; set only `loss` "

@@ -53,6 +53,23 @@ def sft_worker(argv: Sequence[str] | None = None) -> None:
     train_sft(*args)
 
 
+def check_parsed(parsed: Sequence[Any]) -> None:
+    """Checks that need two of TRL's parsed dataclasses: a cost-embedding model (EMO) must have the vocabulary of
+    the model being trained (both read from `config.json`, no weights)."""
+    training = next((p for p in parsed if hasattr(p, "distmatch_loss")), None)
+    model = next((p for p in parsed if hasattr(p, "model_name_or_path")), None)
+    if training is None or model is None or training.distmatch_loss is None:
+        return
+    from .options import cost_embedding_option
+
+    source = cost_embedding_option(training.distmatch_loss)
+    if source is None:
+        return
+    from .emo_cost import check_cost_embedding_source, model_vocab_size
+
+    check_cost_embedding_source(training.loss_options()[source], model_vocab_size(model.model_name_or_path))
+
+
 def _remove_in_order(items: Sequence[str], removed: Sequence[str]) -> list[str]:
     """`items` without `removed`, an ordered subsequence of it (each element matched once, left to right)."""
     kept, position = [], 0
