@@ -846,11 +846,11 @@ def test_parser_and_yaml_config_accept_our_options(tmp_path):
     )
     assert config.loss == "gem_ls" and config.gem_beta == 0.5 and config.distmatch_loss == "gem_ls"
     yaml_file = tmp_path / "config.yaml"
-    yaml_file.write_text(
-        f"output_dir: {tmp_path}\nloss: emo\nemo_weighting: emo2\ngem_beta: 0.7\nuse_cpu: true\n"
-    )
+    yaml_file.write_text(f"output_dir: {tmp_path}\nloss: emo\nemo_weighting: emo2\nuse_cpu: true\n")
     (config,) = parser.parse_args_and_config(["--config", str(yaml_file)])
-    assert config.loss == "emo" and config.emo_weighting == "emo2" and config.gem_beta == 0.7
+    assert config.loss == "emo" and config.emo_weighting == "emo2" and config.gem_beta is None
+    assert config.loss_options()["gem_beta"] == 0.7  # unset: the default
+    parser = trl.TrlParser((DistMatchSFTConfig,))  # `--config` set the YAML values as this parser's defaults
     (config,) = parser.parse_args_and_config(
         ["--output_dir", str(tmp_path), "--loss", "nll", "--use_cpu", "true"]
     )

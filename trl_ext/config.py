@@ -1,7 +1,8 @@
 """`DistMatchSFTConfig`: TRL's `SFTConfig` plus the loss options (`--loss emo`, `gem_beta: 0.7`, ...).
 
-The option fields are built from the loss specs (`trl_ext.options.LOSS_OPTIONS`): name, type, default, help and
-choices come from the loss that defines the option, so `--help`, YAML configs and validation follow it.
+The option fields are built from the loss specs (`trl_ext.options.LOSS_OPTIONS`): name, type, help and choices
+come from the loss that defines the option, so `--help`, YAML configs and validation follow it. A field left unset
+(None) takes the option's default; one set without a loss that uses it is refused (`trl_ext.checks`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,22 @@ from typing import Any
 
 from trl import SFTConfig
 
-from .options import DISTMATCH_LOSSES, EMO_COST_EMBEDDINGS, LOSS_OPTIONS, loss_params
+from .checks import (
+    DistMatchConfigError,
+    check_loss_type,
+    check_option_usage,
+    framework_conflicts,
+    raise_conflicts,
+)
+from .emo_cost import check_cost_embedding_source
+from .options import (
+    DISTMATCH_LOSSES,
+    EMO_COST_EMBEDDINGS,
+    LOSS_OPTIONS,
+    OPTION_DEFAULTS,
+    cost_embedding_option,
+    loss_params,
+)
 
 # TRL 1.7 - 1.14 declare `loss_type: str | None = None` without `choices` (the values are only in the help text).
 _TRL_LOSS_TYPES_WITHOUT_CHOICES = ("nll", "dft", "chunked_nll")
@@ -29,6 +45,10 @@ def trl_loss_types() -> tuple[str, ...]:
 LOSS_CHOICES: tuple[str, ...] = DISTMATCH_LOSSES + tuple(
     n for n in trl_loss_types() if n not in DISTMATCH_LOSSES
 )
+
+
+def _default_loss_type() -> str | None:
+    return {f.name: f for f in dataclasses.fields(SFTConfig)}["loss_type"].default
 
 
 @dataclass
@@ -50,24 +70,44 @@ class _DistMatchSFTConfig(SFTConfig):
     )
 
     def __post_init__(self) -> None:
+        # Our checks first: they are about the user's distmatch settings and must not be masked by TRL's own.
+        check_option_usage(self.loss, self.set_loss_options(), LOSS_OPTIONS, DISTMATCH_LOSSES)
+        if (
+            self.loss is not None and self.loss not in LOSS_CHOICES
+        ):  # YAML / Python bypass argparse's `choices`
+            raise DistMatchConfigError(
+                f"loss={self.loss!r} is not a known loss. Valid values: {', '.join(LOSS_CHOICES)}."
+            )
+        check_loss_type(self.loss, self.loss_type, _default_loss_type())
+        if self.loss in DISTMATCH_LOSSES:
+            raise_conflicts(self.loss, framework_conflicts(vars(self)))
+            # Validate the hyper-parameters (and a cost-embedding model's config) now, not at the first step.
+            try:
+                loss_params(self.loss, self.loss_options())
+                source = cost_embedding_option(self.loss)
+                if source is not None:
+                    check_cost_embedding_source(self.loss_options()[source])
+            except DistMatchConfigError:
+                raise
+            except ValueError as err:
+                raise DistMatchConfigError(str(err)) from None
         super().__post_init__()
         if self.loss is None:
             return
-        if self.loss not in LOSS_CHOICES:  # YAML / Python values bypass argparse's `choices`
-            raise ValueError(
-                f"loss={self.loss!r} is not a known loss. Valid values: {', '.join(LOSS_CHOICES)}."
-            )
         if self.loss not in DISTMATCH_LOSSES:
             self.loss_type = self.loss
             return
         # TRL computes no loss of its own: plain "nll" keeps TRL < 1.15 from patching its chunked-NLL head (which
         # also rejects PEFT on lm_head).
         self.loss_type = "nll"
-        # Validate the hyper-parameters now, not at the first step.
-        loss_params(self.loss, self.loss_options())
+
+    def set_loss_options(self) -> dict[str, object]:
+        """The loss options the user set (not None)."""
+        return {o.name: getattr(self, o.name) for o in LOSS_OPTIONS if getattr(self, o.name) is not None}
 
     def loss_options(self) -> dict[str, object]:
-        return {o.name: getattr(self, o.name) for o in LOSS_OPTIONS}
+        """Every loss option, defaults filled in."""
+        return {**OPTION_DEFAULTS, **self.set_loss_options()}
 
     @property
     def distmatch_loss(self) -> str | None:
@@ -75,11 +115,14 @@ class _DistMatchSFTConfig(SFTConfig):
         return self.loss if self.loss in DISTMATCH_LOSSES else None
 
 
-def _option_field(option: Any) -> tuple[str, type, Any]:
-    metadata: dict[str, Any] = {"help": option.help}
+def _option_field(option: Any) -> tuple[str, Any, Any]:
+    # Unset (None) means the default named in the help; a value set without a loss that uses it is refused.
+    metadata: dict[str, Any] = {
+        "help": f"{option.help} Default: {option.default!r} (only with a `loss` that uses it)."
+    }
     if option.choices is not None:
         metadata["choices"] = list(option.choices)
-    return option.name, option.type, field(default=option.default, metadata=metadata)
+    return option.name, option.type | None, field(default=None, metadata=metadata)
 
 
 DistMatchSFTConfig = dataclasses.make_dataclass(

@@ -9,6 +9,7 @@ reduces them by TRL's contract (sum / `num_items_in_batch`, or the local token c
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from .losses import LOSSES
 from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
 from .options import cost_embedding_option, loss_params
 
+logger = logging.getLogger(__name__)
+
 _BASE_STAT_KEYS = (("ce", "ce"), ("entropy", "entropy"), ("mean_token_accuracy", "top1_correct"))
 #: (logged key, `TokenStats` field): the shared statistics and every loss's own (EMO's `demd`).
 _STAT_KEYS = _BASE_STAT_KEYS + tuple(
@@ -26,7 +29,7 @@ _STAT_KEYS = _BASE_STAT_KEYS + tuple(
 )
 
 
-#: Debugging aid: a folder; every rank saves the EMO cost embedding it trains with there (`rank<N>.pt`).
+#: Debugging aid: a folder; every rank saves the cost embedding (EMO) it trains with there (`rank<N>.pt`).
 COST_EMBEDDING_DEBUG_ENV = "DISTMATCH_DEBUG_COST_EMBEDDING"
 
 
@@ -109,6 +112,16 @@ class DistMatchLossMixin:
             # num_items_in_batch counts every rank's tokens and DDP averages gradients across ranks.
             loss = loss * (self.accelerator.num_processes // getattr(self, "_tp_size", 1))
         self._log_token_stats(mode, outputs)
+        if outputs.nonfinite_source is not None and not getattr(self, "_distmatch_nonfinite_reported", False):
+            self._distmatch_nonfinite_reported = True  # once per run: the metric counts every later step
+            logger.warning(
+                "distmatch: loss=%s is not finite for some tokens at step %s; the non-finite values come from %s. "
+                "The `nonfinite_tokens` metric counts such tokens (the logged `loss` may hide it: transformers' "
+                "`logging_nan_inf_filter` replaces a non-finite loss by the running mean).",
+                self.distmatch_request.name if self.distmatch_request else "?",
+                getattr(getattr(self, "state", None), "global_step", "?"),
+                outputs.nonfinite_source,
+            )
         if return_outputs:  # callers asking for logits (compute_metrics) get the model's own forward
             with torch.no_grad():
                 logits_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
@@ -121,10 +134,12 @@ class DistMatchLossMixin:
         present = [
             (key, getattr(stats, field)) for key, field in _STAT_KEYS if getattr(stats, field) is not None
         ]
+        nonfinite = (~torch.isfinite(outputs.per_token_loss.detach()) & outputs.label_mask).sum().float()
         sums = torch.stack(
-            [outputs.label_mask.sum().float()] + [t.detach().float().sum() for _, t in present]
+            [outputs.label_mask.sum().float(), nonfinite] + [t.detach().float().sum() for _, t in present]
         )
         sums = self.accelerator.gather_for_metrics(sums.unsqueeze(0)).sum(0)
         count = sums[0].item()
-        for (key, _), total in zip(present, sums[1:].tolist()):
+        self.record_metric(mode, "nonfinite_tokens", sums[1].item())  # all ranks' tokens with a NaN/inf loss
+        for (key, _), total in zip(present, sums[2:].tolist()):
             self.record_metric(mode, key, total / count if count > 0 else 0.0)

@@ -15,19 +15,22 @@ import torch
 from trl import SFTTrainer
 
 from .config import DistMatchSFTConfig
-from .loss_mixin import (
-    COST_EMBEDDING_DEBUG_ENV,
-    DistMatchLossMixin,
-    end_process_group_at_exit,
-    unwrap_peft,
-)
+from .emo_cost import check_cost_embedding_source, model_vocab_size
+from .loss_mixin import DistMatchLossMixin, end_process_group_at_exit, unwrap_peft
+from .options import cost_embedding_option
 
-__all__ = [
-    "COST_EMBEDDING_DEBUG_ENV",
-    "DistMatchLossMixin",
-    "DistMatchSFTTrainer",
-    "end_process_group_at_exit",
-]
+__all__ = ["DistMatchLossMixin", "DistMatchSFTTrainer"]
+
+
+def _vocab_size(model: Any) -> int | None:
+    """The vocabulary of `model` (a model or a local path; None when unknown), without loading weights."""
+    if isinstance(model, str):
+        return model_vocab_size(model)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is None:
+        return None
+    return weight.ds_shape[0] if hasattr(weight, "ds_shape") else weight.shape[0]
 
 
 @contextlib.contextmanager
@@ -61,6 +64,9 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
             name = model if isinstance(model, str) else model.config._name_or_path
             args = DistMatchSFTConfig(f"{name.split('/')[-1]}-SFT")
         loss = getattr(args, "distmatch_loss", None)
+        source = None if loss is None else cost_embedding_option(loss)
+        if source is not None:  # before TRL tokenises the dataset: another model's vocabulary is refused now
+            check_cost_embedding_source(args.loss_options()[source], _vocab_size(model))
         with _allow_peft_lm_head(loss is not None):
             super().__init__(model, args, *pargs, **kwargs)
         end_process_group_at_exit()  # multi-process runs: no abort or hang at interpreter exit

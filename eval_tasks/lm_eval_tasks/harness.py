@@ -2,10 +2,12 @@
 
 Task options come from the task metadata, i.e. lm-eval's ``--metadata '{...}'`` JSON (which also receives the
 ``--model_args``); some also from environment variables. Every option, its default and valid values are in one
-table, :data:`eval_tasks.protocols.TASK_OPTIONS`; ``protocol`` (``emo_official``, ``gem_official``) selects a paper's
-published protocol as a preset of several options (:data:`eval_tasks.protocols.PROTOCOLS`). Each task class
-resolves its family's options once (explicit > protocol > default) and writes the resolved values back into its
-metadata, which lm-eval records in the results file.
+table, :data:`eval_tasks.protocols.TASK_OPTIONS` (the keys the pre-flight check of
+:mod:`eval_tasks.lm_eval_tasks.options` accepts, unknown keys and out-of-range values refused there);
+``protocol`` (``emo_official``, ``gem_official``) selects a paper's published protocol as a preset of several
+options (:data:`eval_tasks.protocols.PROTOCOLS`). Each task class resolves its family's options once (explicit >
+protocol > default) and writes the resolved values back into its metadata, which lm-eval records in the results
+file.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from lm_eval.api.task import ConfigurableTask  # noqa: E402
 
 from eval_tasks import data  # noqa: E402
 from eval_tasks.creative import creative_documents, diversity_scores  # noqa: E402
+from eval_tasks.lm_eval_tasks.options import check_task_options  # noqa: E402
 from eval_tasks.protocols import TASK_OPTIONS, protocol_differences, resolve_options  # noqa: E402
 from eval_tasks.retrieval import DEFAULT_RETRIEVER, RETRIEVER_ENV  # noqa: E402
 
@@ -234,6 +237,7 @@ class DistMatchTask(ConfigurableTask):
         config = dict(config or {})
         config.pop("class", None)
         self.options: dict[str, Any] = dict(config.get("metadata") or {})
+        check_task_options(self.options)  # again here for Python-API users (the hook checks before the model)
         task = str(config.get("task") or type(self).__name__)
         # Explicit options > protocol preset > defaults; the resolved values go back into the metadata, so the
         # dataset loader sees them and lm-eval's results file (`configs`) records what was run.

@@ -14,7 +14,8 @@ run() {
 }
 
 # derive_config LOSS RUN_DIR: write RUN_DIR/axolotl.yaml, the recipe's Axolotl config with `loss` set to LOSS and
-# `output_dir` to RUN_DIR/model (the other keys, the paper's hyper-parameters, unchanged; comments are dropped).
+# `output_dir` to RUN_DIR/model (the other keys, the paper's hyper-parameters, unchanged, except the options of other
+# losses, which the plugin refuses; comments are dropped).
 derive_config() {
 	mkdir -p "$2"
 	"$CONFIG_PYTHON" -c '
@@ -26,6 +27,13 @@ if "loss" not in cfg:
     sys.exit(f"{source}: no `loss:` key - not a distmatch Axolotl config")
 cfg["loss"] = loss
 cfg["output_dir"] = run_dir + "/model"
+try:  # options of the other losses would have no effect (the plugin refuses them): drop them
+    from trl_ext.options import LOSS_OPTIONS
+    for option in LOSS_OPTIONS:
+        if loss not in option.losses:
+            cfg.pop(option.name, None)
+except ImportError:
+    pass
 with open(run_dir + "/axolotl.yaml", "w") as f:
     yaml.safe_dump(cfg, f, sort_keys=False)
 ' "$AXOLOTL_CONFIG" "$1" "$2"
