@@ -6,11 +6,18 @@ Imported by `fsdp2_worker.py` and `zero3_worker.py` (run under `torchrun`) and b
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+REPO = Path(__file__).resolve().parent.parent
+WORLD = 2
 VOCAB = 96
 SEQ = 12
 ROWS = 2
@@ -43,11 +50,11 @@ def build_model(*, tie: bool, dtype: torch.dtype, seed: int = 0) -> nn.Module:
         tie_word_embeddings=tie,
         attn_implementation="eager",
     )
-    model = LlamaForCausalLM(config).to(dtype)
+    model = LlamaForCausalLM(config)
     if not tie:  # a head unlike the input embedding, so a mixed-up weight would show
         with torch.no_grad():
             model.lm_head.weight.normal_(0, 0.5)
-    return model
+    return model.to(dtype)  # drawn in float32 first: every dtype holds the same values
 
 
 def rank_batch(rank: int) -> dict[str, torch.Tensor]:
@@ -126,3 +133,26 @@ class HeadCallCounter:
             return counter._original(module, x)
 
         nn.Linear.forward = counting  # type: ignore[method-assign]
+
+
+def torchrun(script: str, out: Path, timeout: int = 900) -> list[dict]:
+    """Run `script out` on WORLD CPU processes under torchrun; each rank's JSON result."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "PYTHONFAULTHANDLER": "1",
+    }
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}"]
+    proc = subprocess.run(
+        [*cmd, str(REPO / "tests" / script), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
+    stem = Path(script).stem.removesuffix("_worker")
+    return [json.loads((out / f"{stem}_rank{rank}.json").read_text()) for rank in range(WORLD)]

@@ -141,7 +141,9 @@ def run_layout(layout: str, tied: bool, rank: int, world: int, counter: HeadCall
                 }
             )
     out["cases"] = cases
-    if layout == "separate_head":  # control: the head gathered with full_tensor() and no Partial gradient placement
+    if (
+        layout == "separate_head"
+    ):  # control: the head gathered with full_tensor() and no Partial gradient placement
         out["control_full_tensor_without_partial"] = control_without_partial(model, reference, world, rank)
     return out
 

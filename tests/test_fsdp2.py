@@ -9,45 +9,14 @@ per-rank JSON. Not through `accelerate launch --use_fsdp`: on CPU accelerate sil
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from dist_common import LOSS_CASES
+from dist_common import LOSS_CASES, WORLD, torchrun
 
-REPO = Path(__file__).resolve().parent.parent
-WORLD = 2
 LAYOUTS = ("accelerate", "accelerate_tied", "separate_head", "head_embed_tied", "root_only")
 TIED = {"accelerate_tied", "head_embed_tied"}
 TOL = 1e-12  # float64 throughout: sharded and unsharded differ only in summation order
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
-
-
-def torchrun(script: str, out: Path, timeout: int = 900) -> list[dict]:
-    """Run `script out` on WORLD CPU processes under torchrun; each rank's JSON result."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-        "OMP_WAIT_POLICY": "PASSIVE",
-        "PYTHONFAULTHANDLER": "1",
-    }
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}"]
-    proc = subprocess.run(
-        [*cmd, str(REPO / "tests" / script), str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
-    stem = Path(script).stem.removesuffix("_worker")
-    return [json.loads((out / f"{stem}_rank{rank}.json").read_text()) for rank in range(WORLD)]
 
 
 @pytest.fixture(scope="module")
@@ -102,4 +71,6 @@ def test_the_comparison_catches_a_head_gathered_without_partial_gradients(ranks)
     for r in ranks:
         control = r["layouts"]["separate_head"]["control_full_tensor_without_partial"]
         assert control["loss_abs_diff"] < TOL  # the loss value itself is right ...
-        assert control["worst_param"] == "lm_head.weight" and control["head_grad_max_rel"] > 0.1  # ... its grad not
+        assert (
+            control["worst_param"] == "lm_head.weight" and control["head_grad_max_rel"] > 0.1
+        )  # ... its grad not

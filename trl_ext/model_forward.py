@@ -223,7 +223,9 @@ def compute_request(
     stats = TokenStats(**{k: None if v is None else v.view(shape) for k, v in vars(stats).items()})
     # Not a view: an FSDP2 root warns about a differentiable view output (in-place ops on it would skip its hook).
     per_token = loss.reshape(shape).clone()
-    return DistMatchOutput(per_token_loss=per_token, label_mask=targets != IGNORE_INDEX, stats=stats, path=path)
+    return DistMatchOutput(
+        per_token_loss=per_token, label_mask=targets != IGNORE_INDEX, stats=stats, path=path
+    )
 
 
 def install_loss_forward(model: nn.Module) -> None:
