@@ -12,6 +12,7 @@ The reference is the model's own forward (`model(...).logits`, transformers appl
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import pytest
@@ -128,3 +129,15 @@ def test_the_transform_matters_for_these_models(kind):
     with_transform = reference_token_loss("ce", own.reshape(-1, VOCAB), targets)
     without = reference_token_loss("ce", raw, targets)
     assert (with_transform - without).abs().max() > 1.0
+
+
+def test_path_is_logged_once_per_model_and_path(caplog):
+    model = cohere_scaled()
+    cost: dict[str, Any] = {}
+    with caplog.at_level(logging.INFO, logger="trl_ext.model_forward"):
+        for force_logits in (False, False, True, True):
+            patched(model, "ce", cost, force_logits)
+    messages = [r.getMessage() for r in caplog.records if r.name == "trl_ext.model_forward"]
+    assert len(messages) == 2, messages
+    assert "CohereForCausalLM: fused" in messages[0] and "no [tokens, vocab] logits" in messages[0]
+    assert "CohereForCausalLM: logits" in messages[1]
