@@ -204,12 +204,12 @@ def run_worker(case: dict) -> dict | None:
 
 def results_table(results: list[dict]) -> str:
     lines = [
-        "| setup | loss | path | path reported | extra MiB rank 0 | extra MiB rank 1 | baseline MiB rank 0 | "
-        "× ddp logits | step s | loss |",
+        "| setup | loss | path | path reported | peak MiB rank 0 / 1 | extra MiB rank 0 / 1 | before MiB rank 0 / 1 | "
+        "× ddp logits (peak) | step s | loss rank 0 |",
         "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     base = {
-        r["loss"]: max(x["extra_mib"] for x in r["ranks"])
+        r["loss"]: max(x["peak_mib"] for x in r["ranks"])
         for r in results
         if "error" not in r and r["setup"] == "ddp" and r["path"] == "logits"
     }
@@ -218,11 +218,12 @@ def results_table(results: list[dict]) -> str:
             lines.append(f"| {r['setup']} | {r['loss']} | {r['path']} | error: {r['error']} | | | | | | |")
             continue
         r0, r1 = r["ranks"][0], r["ranks"][1]
-        worst = max(r0["extra_mib"], r1["extra_mib"])
-        ratio = worst / base[r["loss"]] if r["loss"] in base else None
+        peak = max(r0["peak_mib"], r1["peak_mib"])
+        ratio = peak / base[r["loss"]] if r["loss"] in base else None
         lines.append(
-            f"| {r['setup']} | {r['loss']} | {r['path']} | {r0['path_reported']} | {r0['extra_mib']:.0f} | "
-            f"{r1['extra_mib']:.0f} | {r0['baseline_mib']:.0f} | {fmt(ratio, '.2f')} | "
+            f"| {r['setup']} | {r['loss']} | {r['path']} | {r0['path_reported']} | "
+            f"{r0['peak_mib']:.0f} / {r1['peak_mib']:.0f} | {r0['extra_mib']:.0f} / {r1['extra_mib']:.0f} | "
+            f"{r0['baseline_mib']:.0f} / {r1['baseline_mib']:.0f} | {fmt(ratio, '.2f')} | "
             f"{max(r0['seconds'], r1['seconds']):.1f} | {r0['loss_value']:.4f} |"
         )
     return "\n".join(lines)
@@ -233,8 +234,10 @@ def report(results: list[dict], meta: dict) -> str:
         f"Loss-step memory per rank, {WORLD} CPU processes (gloo), {meta['date']}: torch {meta['torch']}, "
         f"transformers {meta['transformers']}; LM head d={meta['d']}, V={meta['vocab']}, {meta['layers']} "
         f"decoder layers, {meta['tokens']} tokens per rank ({meta['seq']} per row), float32, "
-        f"{meta['threads']} thread(s) per rank. extra = ru_maxrss - RSS before the step (peak reset), per rank; "
-        "× ddp logits = the larger rank's extra / that of the unsharded logits path of the same loss."
+        f"{meta['threads']} thread(s) per rank. peak = the process's ru_maxrss during the loss step (high-water "
+        "mark reset before it: interpreter, libraries, the rank's parameters and everything the step allocates); "
+        "before = its RSS just before the step; extra = peak - before; × ddp logits = the larger rank's peak / "
+        "that of the unsharded logits path of the same loss."
     )
     return f"{head}\n\n{results_table(results)}"
 
