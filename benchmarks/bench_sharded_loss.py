@@ -239,7 +239,7 @@ def report(results: list[dict], meta: dict) -> str:
         "before = its RSS just before the step; extra = peak - before; × ddp logits = the larger rank's peak / "
         "that of the unsharded logits path of the same loss."
     )
-    return f"{head}\n\n{results_table(results)}"
+    return f"{head}\n\n{results_table(results)}\n"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         results.append(result)
     text = report(results, meta)
-    print(text)
+    print(text, end="")
     if args.out:
         stem = f"bench_sharded_loss-{meta['date'].replace(':', '')}"
         log(f"wrote {write_outputs(args.out, stem, text, meta, results)}.md and .json")
