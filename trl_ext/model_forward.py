@@ -105,7 +105,7 @@ def head_sharding(head: nn.Module) -> str | None:
 
 
 def choose_path(model: nn.Module, request: LossRequest) -> str:
-    """ "fused" or "logits" for this model and request (see the module docstring)."""
+    """Which path computes `request` for `model`: "fused" or "logits" (see the module docstring)."""
     head = model.get_output_embeddings()
     config = _text_config(model)
     if request.force_logits_path or getattr(config, "final_logit_softcapping", None):
