@@ -16,22 +16,20 @@ from typing import Any
 import torch
 from torch import nn
 
+from trl_ext.losses import LOSS_NAMES, LOSSES
+
 REPO = Path(__file__).resolve().parent.parent
 WORLD = 2
 VOCAB = 96
 SEQ = 12
 ROWS = 2
 
-#: (case name, loss name, live EMO cost embedding?) — every loss of the registry, EMO with both cost embeddings.
-LOSS_CASES: tuple[tuple[str, str, bool], ...] = (
-    ("ce", "ce", False),
-    ("emo", "emo", False),
-    ("emo_live", "emo", True),
-    ("gem_linear", "gem_linear", False),
-    ("gem_ls", "gem_ls", False),
-    ("ce_entropy", "ce_entropy", False),
-    ("tailr", "tailr", False),
-    ("mixce", "mixce", False),
+#: (case name, loss name, live cost embedding?) — every loss of the registry; a cost-embedding loss (EMO) also live.
+LOSS_CASES: tuple[tuple[str, str, bool], ...] = tuple(
+    case
+    for name in LOSS_NAMES
+    for case in ((name, name, False),)
+    + (((f"{name}_live", name, True),) if LOSSES[name].needs_cost_embedding else ())
 )
 
 

@@ -117,7 +117,7 @@ def run_layout(layout: str, tied: bool, rank: int, world: int, counter: HeadCall
             request = LossRequest(
                 name=loss,
                 params={},
-                cost_embedding=None if live else frozen,
+                cost_embedding=frozen if loss == "emo" and not live else None,
                 live_cost=live,
                 force_logits_path=path == "logits",
             )

@@ -88,7 +88,10 @@ def run_model(tied: bool, rank: int, world: int, counter: HeadCallCounter) -> di
         ref_values, ref_grads = reference_results(reference, world, loss, live, head_before.double())
         for path in ("fused", "logits"):
             request = LossRequest(
-                name=loss, params={}, cost_embedding=frozen, force_logits_path=path == "logits"
+                name=loss,
+                params={},
+                cost_embedding=frozen if loss == "emo" else None,
+                force_logits_path=path == "logits",
             )
             counter.calls = 0
             output = engine(**batch, distmatch_loss=request)
