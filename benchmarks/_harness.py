@@ -21,10 +21,15 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def run_worker_process(
-    script: str, case: dict, timeout: float | None, env: dict[str, str] | None = None
+    script: str,
+    case: dict,
+    timeout: float | None,
+    env: dict[str, str] | None = None,
+    launcher: list[str] | None = None,
 ) -> dict:
-    """Run `script --_worker <case>` in a fresh interpreter; its result, or the case with an "error"."""
-    cmd = [sys.executable, str(Path(script).resolve()), "--_worker", json.dumps(case)]
+    """Run `script --_worker <case>` in a fresh interpreter (or under `launcher`, e.g. torchrun's command line);
+    its result, or the case with an "error"."""
+    cmd = [*(launcher or [sys.executable]), str(Path(script).resolve()), "--_worker", json.dumps(case)]
     full_env = {**os.environ, "OMP_NUM_THREADS": str(case["threads"]), "TOKENIZERS_PARALLELISM": "false"}
     full_env.update(env or {})
     start = time.perf_counter()
@@ -43,6 +48,39 @@ def run_worker_process(
     if "error" not in result:
         result["case_wall_s"] = wall
     return result
+
+
+def rss_kib() -> int:
+    """This process's resident set size now (KiB, from /proc/self/statm)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def reset_peak_rss() -> bool:
+    """Reset the RSS high-water mark (VmHWM, and with it ru_maxrss) to the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def maxrss_kib() -> int:
+    """Peak resident set size since the start or the last `reset_peak_rss()` (KiB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def malloc_trim() -> None:
+    """Give freed heap memory back to the system (glibc), so the next baseline is not inflated."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def library_versions() -> dict:

@@ -43,6 +43,10 @@ import time
 from pathlib import Path
 
 from _harness import fmt, library_versions, run_worker_process, write_outputs
+from _harness import malloc_trim as _malloc_trim
+from _harness import maxrss_kib as _maxrss_kib
+from _harness import reset_peak_rss as _reset_peak_rss
+from _harness import rss_kib as _rss_kib
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "out"
@@ -93,40 +97,6 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------------------------------------------
 # Worker: one case in a fresh interpreter
 # --------------------------------------------------------------------------------------------------------------
-
-
-def _page_kib() -> int:
-    return os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * _page_kib()
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the RSS high-water mark (VmHWM, and with it ru_maxrss) to the current RSS (Linux >= 4.0)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _maxrss_kib() -> int:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-
-
-def _malloc_trim() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _needs_cost_embedding(loss: str) -> bool:

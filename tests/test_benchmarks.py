@@ -84,3 +84,18 @@ def test_training_benchmark_rejects_bad_input(tmp_path):
         proc = subprocess.run([sys.executable, "benchmarks/bench_trl_training.py", *args], capture_output=True,
                               text=True, cwd=REPO, timeout=300)  # fmt: skip
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.multiprocess
+def test_sharded_loss_benchmark_harness(tmp_path):
+    data = _run(["benchmarks/bench_sharded_loss.py", "--setups", "ddp,fsdp2_head", "--losses", "ce",
+                 "--d", "32", "--vocab", "512", "--tokens", "64", "--seq", "32"], tmp_path)  # fmt: skip
+    rows = {(r["setup"], r["path"]): r for r in data["results"]}
+    assert set(rows) == {(s, p) for s in ("ddp", "fsdp2_head") for p in ("fused", "logits")}
+    assert not [r for r in rows.values() if "error" in r]
+    for (_, path), r in rows.items():
+        assert [x["rank"] for x in r["ranks"]] == [0, 1]
+        assert all(x["path_reported"] == path and x["extra_mib"] >= 0 and x["peak_reset"] for x in r["ranks"])
+    # Same model and batches on every setup and path: rank 0's loss value agrees (rank 1 has other tokens).
+    values = [r["ranks"][0]["loss_value"] for r in rows.values()]
+    assert max(values) - min(values) < 1e-5 * abs(values[0])

@@ -6,17 +6,25 @@ from `trl_ext.losses` without building the `[B, T, V]` logits when that is safe;
 original forward, so generation, evaluation and TRL's own losses are unchanged. Going through the model's
 forward keeps DDP / FSDP / DeepSpeed wrappers, PEFT and autocast in the loop.
 
-Paths (chosen per call, reported in `DistMatchOutput.path`):
-* ``fused``: `fused_token_loss(hidden, lm_head.weight)`, chunked over tokens. Used for a plain linear head
-  (FSDP2 DTensor heads are gathered once with `full_tensor()`; a `logit_scale` is folded into the hidden states).
-* ``logits``: the head module is called on the hidden states (its own hooks run: a PEFT adapter on the head,
-  DeepSpeed ZeRO-3 gathering), final-logit soft-capping is applied, then `token_loss` in chunks. Used when the head
-  has a PEFT adapter or a bias, when the model soft-caps its logits, or under DeepSpeed ZeRO-3.
+Paths (chosen per call, reported in `DistMatchOutput.path` and logged once per model and path through the
+`trl_ext.model_forward` logger at INFO):
+* ``fused``: `fused_token_loss(hidden, lm_head.weight)`, chunked over tokens; a `logit_scale` is folded into the
+  hidden states. Used for a linear head without bias, also when it is sharded: an FSDP2 unit (`fully_shard` of the
+  head alone, accelerate's `[norm, lm_head]` / `[norm, embed_tokens, lm_head]` units) or DeepSpeed ZeRO-3
+  partitioned. A sharded head computes the loss *inside its own module call* (its `forward` is swapped for the
+  fused loss for that one call), so the wrapper's hooks do what they do for `lm_head(hidden)`: gather the weight
+  before, release it after, gather it again for the backward, and hand the weight gradient to FSDP2's
+  reduce-scatter / ZeRO-3's partitioned gradient (`tests/test_fsdp2.py`, `tests/test_zero3_fused.py`).
+* ``logits``: the head module is called on the hidden states (its own hooks run: a PEFT adapter on the head),
+  final-logit soft-capping is applied, then `token_loss` in chunks. Used when the head has a PEFT adapter or a
+  bias, when the model soft-caps its logits, when the head's weight is a DTensor outside FSDP2 (tensor
+  parallelism), or when `force_logits_path` is set.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +36,8 @@ from transformers.utils import ModelOutput
 from .losses import IGNORE_INDEX, TokenStats, fused_token_loss, token_loss
 
 _PATCHED_FLAG = "_distmatch_forward_installed"
+_LOGGED_FLAG = "_distmatch_paths_logged"
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -69,25 +79,85 @@ def _logit_scale(config: Any) -> float:
     return 1.0 if scale is None else float(scale)
 
 
-def choose_path(model: nn.Module, request: LossRequest) -> str:
-    head = model.get_output_embeddings()
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    if request.force_logits_path or getattr(config, "final_logit_softcapping", None):
-        return "logits"
-    if type(head) is not nn.Linear or head.bias is not None or _is_deepspeed_zero3(head.weight):
-        return (
-            "logits"  # PEFT tuner layer / modules_to_save wrapper, biased head, or ZeRO-3 partitioned weight
-        )
-    return "fused"
-
-
-def _head_weight(head: nn.Module) -> Tensor:
-    weight = head.weight
+def _is_dtensor(tensor: Tensor) -> bool:
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # pragma: no cover - torch without distributed
-        return weight
-    return weight.full_tensor() if isinstance(weight, DTensor) else weight
+        return False
+    return isinstance(tensor, DTensor)
+
+
+def _is_fsdp2_linear(head: nn.Module) -> bool:
+    """An `nn.Linear` that `fully_shard` turned into its `FSDPLinear` subclass (alone or in a grouped unit)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without distributed
+        return False
+    return isinstance(head, FSDPModule) and type(head).__bases__ == (FSDPModule, nn.Linear)
+
+
+def head_sharding(head: nn.Module) -> str | None:
+    """How the LM head is sharded: "zero3" (DeepSpeed ZeRO-3 partitioned weight), "fsdp2" (an FSDP2 unit), or None
+    (a whole tensor in this process, also a head inside a parent FSDP2 unit, which is unsharded during its forward)."""
+    if _is_deepspeed_zero3(head.weight):
+        return "zero3"
+    if _is_fsdp2_linear(head):
+        return "fsdp2"
+    return None
+
+
+def choose_path(model: nn.Module, request: LossRequest) -> str:
+    """Which path computes `request` for `model`: "fused" or "logits" (see the module docstring)."""
+    head = model.get_output_embeddings()
+    config = _text_config(model)
+    if request.force_logits_path or getattr(config, "final_logit_softcapping", None):
+        return "logits"
+    linear = type(head) is nn.Linear or _is_fsdp2_linear(head)
+    if not linear or head.bias is not None:
+        return "logits"  # PEFT tuner layer / modules_to_save wrapper, or a biased head
+    if head_sharding(head) is None and _is_dtensor(head.weight):
+        return "logits"  # a DTensor head outside FSDP2 (tensor parallelism): its own forward knows its layout
+    return "fused"
+
+
+def _text_config(model: nn.Module) -> Any:
+    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+
+
+def _head_weight(head: nn.Module) -> Tensor:
+    """The whole head weight; a DTensor (FSDP2 head outside its forward) is gathered (collective: every rank)."""
+    weight = head.weight
+    return weight.detach().full_tensor() if _is_dtensor(weight) else weight
+
+
+def _log_path(model: nn.Module, path: str, sharding: str | None) -> None:
+    logged = model.__dict__.setdefault(_LOGGED_FLAG, set())
+    if (path, sharding) in logged:
+        return
+    logged.add((path, sharding))
+    how = {
+        "fused": "fused (hidden states x LM head weight in chunks; no [tokens, vocab] logits)",
+        "logits": "logits (the LM head's full [tokens, vocab] logits, then the loss in chunks)",
+    }[path]
+    where = {
+        None: "",
+        "fsdp2": "; the head is an FSDP2 unit, gathered by its own hooks",
+        "zero3": "; the head is DeepSpeed ZeRO-3 partitioned, gathered by its own hooks",
+    }[sharding]
+    LOG.info("distmatch loss path for %s: %s%s", type(model).__name__, how, where)
+
+
+def _call_inside_head(head: nn.Module, fn: Any, hidden: Tensor) -> Any:
+    """Run `fn(hidden)` as the head module's forward for one call, so that its sharding hooks run around it."""
+    saved = head.__dict__.get("forward")
+    head.forward = fn
+    try:
+        return head(hidden)
+    finally:
+        if saved is None:
+            del head.forward
+        else:
+            head.forward = saved
 
 
 def compute_request(
@@ -95,33 +165,51 @@ def compute_request(
 ) -> DistMatchOutput:
     """Per-token loss of `request` for shifted `hidden` [B, T', d] and `targets` [B, T']."""
     head = model.get_output_embeddings()
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = _text_config(model)
     path = choose_path(model, request)
+    sharding = head_sharding(head)
+    _log_path(model, path, sharding)
     targets = targets.to(hidden.device)
     flat_targets = targets.reshape(-1)
     params = dict(request.params)
-    if request.live_cost:
-        params["cost_embedding"] = _head_weight(head).detach()
-    elif request.cost_embedding is not None:
+    scale = _logit_scale(config)
+    if not request.live_cost and request.cost_embedding is not None:
         params["cost_embedding"] = request.cost_embedding
+    holder: dict[str, Any] = {}
     if path == "fused":
-        weight = _head_weight(head)
-        flat_hidden = hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype)
-        scale = _logit_scale(config)
-        if scale != 1.0:
-            flat_hidden = flat_hidden * scale
-        loss, stats = fused_token_loss(
-            request.name,
-            flat_hidden,
-            weight,
-            flat_targets,
-            return_stats=True,
-            chunk_size=request.chunk_size,
-            **params,
-        )
+
+        def fused(flat_hidden: Tensor) -> Tensor:
+            weight = head.weight  # inside a sharded head's call: the gathered (unsharded) parameter
+            if request.live_cost:
+                params["cost_embedding"] = weight.detach()
+            flat_hidden = flat_hidden.to(weight.dtype)
+            if scale != 1.0:
+                flat_hidden = flat_hidden * scale
+            holder["hidden"] = flat_hidden
+            if sharding is None:  # a sharded head's gathered storage may be freed after its call
+                holder["weight"] = weight
+            loss, holder["stats"] = fused_token_loss(
+                request.name,
+                flat_hidden,
+                weight,
+                flat_targets,
+                return_stats=True,
+                chunk_size=request.chunk_size,
+                **params,
+            )
+            return loss
+
+        flat_hidden = hidden.reshape(-1, hidden.shape[-1])
+        loss = fused(flat_hidden) if sharding is None else _call_inside_head(head, fused, flat_hidden)
+        stats = holder["stats"]
     else:
+        if request.live_cost:
+            weight = _head_weight(head)
+            if weight is head.weight and sharding is not None:
+                # A gathered FSDP2 parameter: the head's call below may free its storage (reshard after forward).
+                weight = weight.detach().clone()
+            params["cost_embedding"] = weight.detach()
         logits = head(hidden)
-        scale = _logit_scale(config)
         if scale != 1.0:
             logits = logits * scale
         cap = getattr(config, "final_logit_softcapping", None)
@@ -139,14 +227,19 @@ def compute_request(
     stats = TokenStats(**{k: None if v is None else v.view(shape) for k, v in vars(stats).items()})
     source = None
     if not bool(torch.isfinite(loss.detach()).all()):  # one check per step; the diagnosis only when it fails
+        fused = path == "fused"
+        # A sharded head's gathered weight (and a live cost embedding taken from it) is not held after its call.
+        readable = sharding is None or not request.live_cost
         source = nonfinite_source(
-            (flat_hidden if path == "fused" else hidden).detach(),
-            None if path != "fused" else weight.detach(),
-            None if path == "fused" else logits.detach(),
-            params.get("cost_embedding"),
+            (holder["hidden"] if fused else hidden).detach(),
+            holder["weight"].detach() if fused and "weight" in holder else None,
+            None if fused else logits.detach(),
+            params.get("cost_embedding") if readable else None,
         )
+    # Not a view: an FSDP2 root warns about a differentiable view output (in-place ops on it would skip its hook).
+    per_token = loss.reshape(shape).clone()
     return DistMatchOutput(
-        per_token_loss=loss.view(shape),
+        per_token_loss=per_token,
         label_mask=targets != IGNORE_INDEX,
         stats=stats,
         path=path,
@@ -217,7 +310,8 @@ def frozen_head_copy(model: nn.Module) -> Tensor:
 
         with deepspeed.zero.GatheredParameters([weight], modifier_rank=None):
             return weight.detach().clone()
-    return _head_weight(head).detach().clone()
+    weight = _head_weight(head)
+    return weight.detach().clone() if weight is head.weight else weight  # a gathered DTensor is a new tensor
 
 
 def resolve_cost_embedding(model: nn.Module, option: str) -> tuple[Tensor | None, bool]:
