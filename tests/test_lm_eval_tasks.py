@@ -353,6 +353,13 @@ def test_retrieval_cache_reused_and_keyed(tmp_path: Path, monkeypatch: pytest.Mo
     assert len(list(tmp_path.glob("distmatch_x-*.json"))) == 4
 
 
+def test_subject_macro_mean_weighs_subjects_equally() -> None:
+    from eval_tasks.lm_eval_tasks.harness import subject_macro_mean
+
+    items = [("astronomy", 1.0), ("astronomy", 1.0), ("astronomy", 0.0), ("geography", 0.0)]
+    assert subject_macro_mean(items) == pytest.approx((2 / 3 + 0.0) / 2)  # the per-question mean would be 0.5
+
+
 def test_creative_prompt_sets_shipped() -> None:
     poems, stories = creative_documents("poem"), creative_documents("story")
     assert (len(poems), len(stories)) == (573, 500)

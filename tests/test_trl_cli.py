@@ -512,6 +512,45 @@ def test_hook_switched_off_fails_like_upstream_trl(wheel_venv, tiny, tmp_path):
 
 
 @pytest.mark.slow
+def test_help_lists_the_options_only_when_the_hook_is_active(wheel_venv, tmp_path):
+    """README: `trl sft --help` lists the distmatch options only when the hook is active (`trl sft --loss nll
+    --help`); `distmatch-trl sft --help` always does."""
+
+    def help_text(*command: Path | str, **env: str) -> str:
+        out = _run([*command, "--help"], tmp_path, **env)
+        assert out.returncode == 0, _tail(out)
+        return out.stdout
+
+    ours = ("--gem_beta", "--emo_cost_embedding", "--emo_weighting", "--tailr_gamma")
+    plain = help_text(wheel_venv.trl, "sft")
+    assert "--loss_type" in plain and not any(flag in plain for flag in ours)
+    active = help_text(wheel_venv.trl, "sft", "--loss", "nll")
+    assert all(flag in active for flag in ours)
+    explicit = help_text(wheel_venv.distmatch_trl, "sft", DISTMATCH_TRL_HOOK="0")
+    assert all(flag in explicit for flag in ours)
+
+
+def test_hook_falls_back_to_plain_trl_with_a_message(wheel_venv, tiny, tmp_path):
+    """README: if distmatch cannot be imported when it is needed, the hook says so on stderr and TRL runs unchanged
+    (which then refuses `--loss`). Here a `trl_ext` earlier on the path fails to import."""
+    shadow = tmp_path / "shadow" / "trl_ext"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('trl_ext broken for this test')\n")
+    out = _run(
+        [wheel_venv.trl, "sft", "--loss", "emo", *_train_args(tiny, tmp_path / "out")],
+        tmp_path,
+        PYTHONPATH=str(tmp_path / "shadow"),
+    )
+    assert out.returncode != 0
+    assert (
+        "distmatch: could not enable the distmatch options of `trl sft` (ImportError: trl_ext broken for this "
+        "test); TRL runs unchanged." in out.stderr
+    ), _tail(out)
+    assert "trl sft: error: ambiguous option: --loss could match --loss_type" in out.stderr, _tail(out)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
 def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
     """The explicit console script: YAML defaults, flags override them, unknown keys go to `accelerate launch`."""
     (tmp_path / "cfg.yaml").write_text("loss: gem_linear\ngem_beta: 0.5\nnum_processes: 1\n")

@@ -639,6 +639,41 @@ def test_emo_frozen_cost_embedding_is_fixed_unoptimised_and_not_saved(models, da
     assert not torch.equal(saved_head, initial)
 
 
+def _parameter_grads(model: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    return grads
+
+
+@pytest.mark.parametrize("weighting", ["emo1", "emo2"])
+def test_emo_trainer_gradients_match_reference(models, data, tmp_path, weighting):
+    """Gradients, not only values (emo1's value equals CE whatever its DEMD term): what the trainer's
+    `compute_loss` sends into every parameter equals the reference EMO on the model's full logits, reduced by the
+    token count, and differs from CE's."""
+    trainer = make_trainer(models["plain"], data, tmp_path, loss="emo", emo_weighting=weighting)
+    model, request = trainer.model, trainer.distmatch_request
+    batch = collate(trainer, [0, 1, 2])
+    ours = _parameter_grads(model, trainer.compute_loss(model, dict(batch)))
+    assert len(ours) == len(list(model.parameters()))
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    targets = batch["labels"][:, 1:].reshape(-1)
+    flat = logits[:, :-1].reshape(-1, logits.shape[-1])
+    count = (targets != -100).sum()
+    ref = reference_token_loss("emo", flat, targets, **request_params(request)).sum() / count
+    expected = _parameter_grads(model, ref)
+    for name, grad in expected.items():
+        torch.testing.assert_close(ours[name], grad, rtol=1e-4, atol=1e-7, msg=lambda m, n=name: f"{n}: {m}")
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    ce = reference_token_loss("ce", logits[:, :-1].reshape(-1, logits.shape[-1]), targets).sum() / count
+    ce_grads = _parameter_grads(model, ce)
+    head = "lm_head.weight"
+    assert not torch.allclose(ce_grads[head], expected[head], rtol=1e-2, atol=1e-6)  # the DEMD term matters
+
+
 def test_emo_live_cost_embedding_trains(models, data, tmp_path):
     trainer = make_trainer(models["plain"], data, tmp_path, loss="emo", emo_cost_embedding="live")
     assert trainer.distmatch_request.live_cost and trainer.distmatch_request.cost_embedding is None
