@@ -507,7 +507,9 @@ def test_gradient_accumulation_equals_one_larger_batch(assets, tmp_path) -> None
 
     initial = {
         n: p.detach().clone()
-        for n, p in AutoModelForCausalLM.from_pretrained(assets["model"], dtype=torch.float32).named_parameters()
+        for n, p in AutoModelForCausalLM.from_pretrained(
+            assets["model"], dtype=torch.float32
+        ).named_parameters()
     }
     common = dict(
         FULL_SGD,
@@ -520,7 +522,11 @@ def test_gradient_accumulation_equals_one_larger_batch(assets, tmp_path) -> None
     runs = {}
     for name, (micro, accumulation) in {"ga1": (4, 1), "ga2": (2, 2)}.items():
         cfg = tiny_config(
-            assets, tmp_path / name, micro_batch_size=micro, gradient_accumulation_steps=accumulation, **common
+            assets,
+            tmp_path / name,
+            micro_batch_size=micro,
+            gradient_accumulation_steps=accumulation,
+            **common,
         )
         model, trainer = train_in_process(cfg)
         assert trainer.state.global_step == 1
@@ -547,7 +553,9 @@ def test_emo_resume_keeps_the_pretrained_cost_embedding(assets, tmp_path) -> Non
         .weight.detach()
     )
     out = tmp_path / "out"
-    common = dict(FULL_SGD, loss="emo", learning_rate=0.5, datasets=alpaca_dataset(assets), train_on_inputs=True)
+    common = dict(
+        FULL_SGD, loss="emo", learning_rate=0.5, datasets=alpaca_dataset(assets), train_on_inputs=True
+    )
     _, first = train_in_process(
         tiny_config(assets, out, max_steps=2, save_strategy="steps", save_steps=2, **common)
     )
@@ -556,7 +564,9 @@ def test_emo_resume_keeps_the_pretrained_cost_embedding(assets, tmp_path) -> Non
     with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
         saved_head = f.get_tensor("lm_head.weight")
         assert all("cost" not in key for key in f.keys())
-    assert not torch.allclose(saved_head, pretrained, atol=1e-4)  # the head moved: the test can tell them apart
+    assert not torch.allclose(
+        saved_head, pretrained, atol=1e-4
+    )  # the head moved: the test can tell them apart
 
     model, resumed = train_in_process(
         tiny_config(assets, out, max_steps=3, resume_from_checkpoint=str(checkpoint), **common)

@@ -482,7 +482,10 @@ def _assert_unweighted_group_mean(results: dict[str, Any], metric: str) -> None:
     assert all(0.0 <= a <= 1.0 for a in accs)
     unweighted = sum(accs) / len(accs)
     weighted = sum(a * n for a, n in zip(accs, sizes)) / sum(sizes)
-    assert len(set(sizes)) > 1 and abs(weighted - unweighted) > 1e-3, (sizes, accs)  # the run can tell them apart
+    assert len(set(sizes)) > 1 and abs(weighted - unweighted) > 1e-3, (
+        sizes,
+        accs,
+    )  # the run can tell them apart
     assert results["results"]["distmatch_nlu"][f"{metric},none"] == pytest.approx(unweighted, abs=1e-9)
 
 
