@@ -674,6 +674,26 @@ def test_emo_trainer_gradients_match_reference(models, data, tmp_path, weighting
     assert not torch.allclose(ce_grads[head], expected[head], rtol=1e-2, atol=1e-6)  # the DEMD term matters
 
 
+def test_emo_resume_keeps_the_pretrained_cost_embedding(models, data, tmp_path):
+    """Resuming from a checkpoint whose head has moved: EMO's frozen cost embedding is still the pre-trained head
+    (taken when the trainer is built, before the checkpoint is loaded) and the run continues from the checkpoint."""
+    pretrained = load_model(models["plain"]).get_output_embeddings().weight.detach().clone()
+    common = {**SGD, "loss": "emo", "save_strategy": "steps", "save_steps": 2, "save_only_model": False}
+    first = make_trainer(models["plain"], data, tmp_path, **{**common, "max_steps": 2})
+    first.train()
+    checkpoint = Path(first.args.output_dir) / "checkpoint-2"
+    with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
+        saved_head = f.get_tensor("lm_head.weight")
+    assert not torch.allclose(saved_head, pretrained, atol=1e-4)  # the head moved: the two can be told apart
+
+    resumed = make_trainer(models["plain"], data, tmp_path, **{**common, "max_steps": 3})
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 3
+    assert step_logs(resumed)[:2] == step_logs(first) and len(step_logs(resumed)) == 3  # steps 1-2 restored
+    assert torch.equal(resumed.distmatch_request.cost_embedding, pretrained)
+    assert not torch.equal(resumed.model.get_output_embeddings().weight.detach(), pretrained)
+
+
 def test_emo_live_cost_embedding_trains(models, data, tmp_path):
     trainer = make_trainer(models["plain"], data, tmp_path, loss="emo", emo_cost_embedding="live")
     assert trainer.distmatch_request.live_cost and trainer.distmatch_request.cost_embedding is None
