@@ -1086,7 +1086,8 @@ def test_return_stats_half(cfg, dtype):
     for field in ("ce", "entropy") + (("demd",) if name == "emo" else ()):
         t = getattr(stats, field)
         assert torch.isfinite(t).all()
-        torch.testing.assert_close(t.double(), getattr(orc, field), atol=5e-2, rtol=2e-2)
+        # float32 math on the same 16-bit inputs: float32-level agreement
+        torch.testing.assert_close(t.double(), getattr(orc, field), **_float32_level(getattr(orc, field)))
         assert torch.count_nonzero(t[ign]) == 0
     torch.testing.assert_close(stats.top1_correct.double(), orc.top1_correct)
 
