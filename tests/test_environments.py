@@ -1,7 +1,8 @@
-"""The two framework venvs hold the versions the project is built against (run inside those venvs).
+"""The framework venvs hold the versions the project is built against (run inside those venvs).
 
-``make test`` runs the ``axolotl_env`` tests with ``.venv-axolotl/bin/python -m pytest -m axolotl_env`` and
-the ``opencompass_env`` tests with ``.venv-opencompass/bin/python -m pytest -m opencompass_env``.
+``make test`` runs the ``axolotl_env`` tests in both Axolotl venvs (``.venv-axolotl``: Axolotl 0.19 on Python 3.11;
+``.venv-axolotl-latest``: Axolotl 0.21 on Python >= 3.12), each checked against its own pins (picked by the installed
+Axolotl), and the ``opencompass_env`` tests with ``.venv-opencompass/bin/python -m pytest -m opencompass_env``.
 """
 
 from __future__ import annotations
@@ -35,14 +36,40 @@ def _pip_check(tolerated: str | None = None) -> None:
         assert out.returncode == 0, out.stdout + out.stderr
 
 
+#: What each Axolotl venv pins (the Makefile's AXOLOTL_REQS / AXOLOTL_LATEST_REQS and what those resolve to).
+AXOLOTL_VENV_PINS = {
+    "0.19.0": {
+        "python": (3, 11),
+        "trl": "1.9.0",
+        "transformers": "5.16.1",
+        "torch": "2.13.0",
+        "deepspeed": "0.19.8",
+    },
+    "0.21.0": {
+        "python": (3, 12),
+        "trl": "1.14.1",
+        "transformers": "5.20.1",
+        "torch": "2.14.1",
+        "accelerate": "1.15.0",
+        "peft": "0.21.2",
+        "datasets": "5.0.1",
+        "deepspeed": "0.19.8",
+    },
+}
+
+
+def _axolotl_pins() -> dict:
+    installed = _base(version("axolotl")) if is_available("axolotl") else None
+    assert installed in AXOLOTL_VENV_PINS, f"axolotl {installed} is neither of the Axolotl venvs' versions"
+    return AXOLOTL_VENV_PINS[installed]
+
+
 @pytest.mark.axolotl_env
 class TestAxolotlVenv:
-    @pytest.mark.parametrize(
-        ("dist", "expected"),
-        [("axolotl", "0.19.0"), ("trl", "1.9.0"), ("transformers", "5.16.1"), ("torch", "2.13.0")],
-    )
-    def test_pinned_versions(self, dist: str, expected: str) -> None:
-        assert _base(version(dist)) == expected
+    def test_pinned_versions(self) -> None:
+        pins = dict(_axolotl_pins())
+        assert sys.version_info[:2] >= pins.pop("python")
+        assert {dist: _base(version(dist)) for dist in pins} == pins
 
     def test_our_packages_import_and_find_axolotl(self) -> None:
         import axolotl_distmatch
@@ -51,7 +78,7 @@ class TestAxolotlVenv:
 
         assert trl_ext.__version__ == "0.1.0"
         axolotl = require("axolotl", extra="axolotl", feature="The distmatch Axolotl plugin")
-        assert axolotl.__version__ == "0.19.0"
+        assert axolotl.__version__ in AXOLOTL_VENV_PINS
         from axolotl.integrations.base import BasePlugin
 
         assert issubclass(axolotl_distmatch.DistMatchPlugin, BasePlugin)

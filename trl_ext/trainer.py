@@ -8,7 +8,10 @@ TRL's contract (sum / `num_items_in_batch`, or the local token count; x processe
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,6 +22,39 @@ from .model_forward import LossRequest, install_loss_forward, resolve_cost_embed
 from .options import loss_params
 
 _STAT_KEYS = (("ce", "ce"), ("entropy", "entropy"), ("mean_token_accuracy", "top1_correct"), ("demd", "demd"))
+#: Debugging aid: a folder; every rank saves the EMO cost embedding it trains with there (`rank<N>.pt`).
+COST_EMBEDDING_DEBUG_ENV = "DISTMATCH_DEBUG_COST_EMBEDDING"
+
+
+def _destroy_process_group() -> None:
+    """Registered with `atexit`: end the default process group, if it still exists, while the interpreter is whole.
+
+    TRL's SFT script ends it (`trainer.end()`) only from TRL 1.16 with transformers >= 5.18; older stacks leave it
+    to interpreter shutdown, where gloo worker threads may still hold finished work owning Python tensors (a known
+    way for a rank to abort with `terminate called without an active exception` after a successful run). Not
+    collective for gloo; a no-op when the group is already gone.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def end_process_group_at_exit() -> None:
+    """Make sure the default process group is destroyed before the interpreter shuts down (idempotent)."""
+    atexit.unregister(_destroy_process_group)
+    atexit.register(_destroy_process_group)
+
+
+def _save_cost_embedding(cost_embedding: torch.Tensor | None) -> None:
+    folder = os.environ.get(COST_EMBEDDING_DEBUG_ENV)
+    if not folder or cost_embedding is None:
+        return
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    torch.save(cost_embedding.detach().cpu(), Path(folder) / f"rank{rank}.pt")
 
 
 def _unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
@@ -39,11 +75,13 @@ class DistMatchLossMixin:
     def setup_distmatch_loss(self, loss: str, options: dict[str, Any]) -> None:
         """Patch the (PEFT-unwrapped) model's forward and resolve EMO's cost embedding, once, on every rank."""
         params = loss_params(loss, options)  # validates before any model work
+        end_process_group_at_exit()
         target = _unwrap_peft(self.model)
         install_loss_forward(target)
         cost_embedding, live = (None, False)
         if loss == "emo":
             cost_embedding, live = resolve_cost_embedding(target, options["emo_cost_embedding"])
+            _save_cost_embedding(cost_embedding)
         self.distmatch_request = LossRequest(
             name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
         )
@@ -120,6 +158,7 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
         loss = getattr(args, "distmatch_loss", None)
         with _allow_peft_lm_head(loss is not None):
             super().__init__(model, args, *pargs, **kwargs)
+        end_process_group_at_exit()  # multi-process runs: no abort or hang at interpreter exit
         if loss is not None:
             self._reject_incompatible(loss)
             self.setup_distmatch_loss(loss, args.loss_options())
