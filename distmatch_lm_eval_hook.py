@@ -23,10 +23,11 @@ from __future__ import annotations
 import os
 import sys
 
-from distmatch_import_hook import PatchAfterImport, debug, switched_on
+from distmatch_import_hook import PatchAfterImport, debug, print_config_errors_as_one_line, switched_on
 
 ENV_SWITCH = "DISTMATCH_LM_EVAL_HOOK"
 TARGET_MODULE = "lm_eval.tasks.manager"
+EVALUATOR_MODULE = "lm_eval.evaluator"
 
 
 def _debug(message: str) -> None:
@@ -112,16 +113,64 @@ def _patch_quietly(module: object) -> None:
         _debug(f"not patched: {err!r}")
 
 
+def _model_arg_names(model_args: object) -> list[str] | None:
+    if isinstance(model_args, dict):
+        return [str(k) for k in model_args]
+    if isinstance(model_args, str):
+        return [part.split("=", 1)[0].strip() for part in model_args.split(",") if "=" in part]
+    return [] if model_args is None else None
+
+
+def patch_simple_evaluate(module: object) -> bool:
+    """Wrap ``simple_evaluate`` so that a run with ``distmatch_*`` tasks checks their options and local data
+    (``eval_tasks.lm_eval_tasks.options.preflight``) before the model is built."""
+    original = getattr(module, "simple_evaluate", None)
+    if original is None or getattr(original, "_distmatch_wrapped", False):
+        return False
+    import functools
+    import inspect
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def simple_evaluate(*args, **kwargs):  # type: ignore[no-untyped-def]
+        bound = signature.bind_partial(*args, **kwargs).arguments
+        tasks = bound.get("tasks") or []
+        tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+        if any(isinstance(t, str) and t.startswith("distmatch_") for t in tasks):
+            from eval_tasks.lm_eval_tasks.options import preflight
+
+            preflight(tasks, bound.get("metadata"), _model_arg_names(bound.get("model_args")))
+        return original(*args, **kwargs)
+
+    simple_evaluate._distmatch_wrapped = True  # type: ignore[attr-defined]
+    module.simple_evaluate = simple_evaluate  # type: ignore[attr-defined]
+    print_config_errors_as_one_line()  # a refused option: one line naming it, exit status 1
+    return True
+
+
+def _patch_evaluator(module: object) -> None:
+    try:
+        patch_simple_evaluate(module)
+    except Exception as err:  # the task classes check their options again
+        _debug(f"simple_evaluate not wrapped: {err!r}")
+
+
 finder = PatchAfterImport(TARGET_MODULE, _patch_quietly, source="distmatch_lm_eval_hook")
+evaluator_finder = PatchAfterImport(EVALUATOR_MODULE, _patch_evaluator, source="distmatch_lm_eval_hook")
 
 
 def _activate() -> None:
     if not enabled():
         return
-    if TARGET_MODULE in sys.modules:  # imported before us (not the case at interpreter start)
-        _patch_quietly(sys.modules[TARGET_MODULE])
-        return
-    finder.install()
+    for target, patch, hook in (
+        (TARGET_MODULE, _patch_quietly, finder),
+        (EVALUATOR_MODULE, _patch_evaluator, evaluator_finder),
+    ):
+        if target in sys.modules:  # imported before us (not the case at interpreter start)
+            patch(sys.modules[target])
+        else:
+            hook.install()
 
 
 try:

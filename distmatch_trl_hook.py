@@ -2,21 +2,25 @@
 
 The distmatch wheel installs `distmatch_trl_hook.pth` at the root of site-packages; Python runs its single line,
 `import distmatch_trl_hook`, at every interpreter start. So this module is cheap and inert: it imports nothing
-beyond `os`/`sys` (and the shared `distmatch_import_hook`), looks only at `sys.argv` (and, for `--config file.yaml`, at that file), and never raises.
+beyond `os`/`sys` (and the shared `distmatch_import_hook`), looks only at `sys.argv` (and, for
+`--config file.yaml`, at that file), and never raises at interpreter start.
 
 It activates only when both hold:
 
 1. the process is TRL's SFT command, either the `trl` console script with the subcommand `sft` (`trl sft ...`)
    or TRL's SFT script as started by `accelerate launch` (`python .../trl/scripts/sft.py ...`, the process that
    trains);
-2. a distmatch option is used: a flag `--loss`, `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`,
-   `--mixce_gamma` (also spelled with dashes, or as `--flag=value`), or a top-level key of those names in the
-   `--config` YAML.
+2. a distmatch option is used (or `-h` / `--help` is asked for, so that the help lists them): a flag `--loss`,
+   `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`, `--mixce_gamma`, `--eaft_alpha`, `--eaft_k`
+   (also spelled with dashes, or as `--flag=value`), or a top-level key of those names in the `--config` YAML.
 
 Then it puts a `sys.meta_path` finder first that waits for the `trl` package to be imported and, right after,
 sets `trl.SFTConfig = trl_ext.config.DistMatchSFTConfig` and `trl.SFTTrainer = trl_ext.trainer.DistMatchSFTTrainer`
 (both imported at that moment). TRL's CLI builds its parser from `trl.SFTConfig` and its SFT script trains with
 `trl.SFTTrainer`, both looked up when used, so the distmatch options are parsed, validated and trained with.
+It also runs the checks that need several of TRL's parsed dataclasses right after TRL's parser
+(`trl_ext.cli.check_parsed`), and prints a refused setting as one `error: ...` line (no traceback). If distmatch
+cannot be imported then, the run stops with one line saying so: TRL never trains its own loss instead.
 
 `DISTMATCH_TRL_HOOK=0` (or false/no/off) disables it; `DISTMATCH_DEBUG=1` prints its decisions to stderr.
 The hook-free route is the `distmatch-trl sft ...` console script.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import sys
 
-from distmatch_import_hook import PatchAfterImport, debug, switched_on
+from distmatch_import_hook import PatchAfterImport, debug, print_config_errors_as_one_line, switched_on
 
 #: Our `SFTConfig` fields. Kept in sync with `trl_ext.config` / `trl_ext.options.LOSS_OPTIONS` by the tests
 #: (this module must not import them: they import torch).
@@ -38,6 +42,8 @@ OPTION_NAMES = (
     "ce_entropy_coef",
     "tailr_gamma",
     "mixce_gamma",
+    "eaft_alpha",
+    "eaft_k",
 )
 #: Any option starting with one of these also counts (future EMO options).
 OPTION_PREFIXES = ("emo_",)
@@ -110,7 +116,14 @@ def enabled() -> bool:
 def should_activate(argv: list[str]) -> list[str]:
     """Why the hook should act for this `sys.argv` (the options found), or an empty list."""
     args = sft_arguments(argv)
-    return [] if args is None else distmatch_options(args)
+    if args is None:
+        return []
+    found = distmatch_options(args)
+    if not found and any(
+        arg in ("-h", "--help") for arg in args[: args.index("--") if "--" in args else None]
+    ):
+        found = ["--help"]  # `trl sft --help` lists the distmatch options too
+    return found
 
 
 def patch_trl() -> None:
@@ -122,19 +135,40 @@ def patch_trl() -> None:
 
     trl.SFTConfig = DistMatchSFTConfig
     trl.SFTTrainer = DistMatchSFTTrainer
+    _check_after_parsing(trl.TrlParser)
+    print_config_errors_as_one_line()  # a refused setting: one line naming it, exit status 1, no traceback
     _debug("trl.SFTConfig -> DistMatchSFTConfig, trl.SFTTrainer -> DistMatchSFTTrainer")
+
+
+def _check_after_parsing(parser_class: type) -> None:
+    """Run `trl_ext.cli.check_parsed` on what TRL's parser returns (checks across its dataclasses, e.g. EMO's
+    cost-embedding vocabulary against the model's), in the `trl sft` process, before anything is launched."""
+    original = parser_class.parse_args_and_config
+    if getattr(original, "_distmatch_wrapped", False):
+        return
+    import functools
+
+    from trl_ext.cli import check_parsed
+
+    @functools.wraps(original)
+    def parse_args_and_config(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        result = original(self, *args, **kwargs)
+        check_parsed(result if isinstance(result, (tuple, list)) else [result])
+        return result
+
+    parse_args_and_config._distmatch_wrapped = True  # type: ignore[attr-defined]
+    parser_class.parse_args_and_config = parse_args_and_config
 
 
 def _patch_loudly(module: object = None) -> None:
     try:
         patch_trl()
-    except Exception as err:  # loud: the user asked for a distmatch option that will now be refused
-        print(
-            f"distmatch: could not enable the distmatch options of `trl sft` ({type(err).__name__}: {err}); "
-            "TRL runs unchanged. `distmatch-trl sft ...` gives the same options without this hook.",
-            file=sys.stderr,
-            flush=True,
-        )
+    except Exception as err:  # the user asked for a distmatch option: never let TRL train without it
+        raise SystemExit(
+            f"error: {', '.join(should_activate(sys.argv)) or 'a distmatch option'} asks for a distmatch loss, but "
+            f"the distmatch TRL integration failed to import ({type(err).__name__}: {err}). Reinstall distmatch "
+            "(pip install -U distmatch) or remove the distmatch options."
+        ) from None
 
 
 finder = PatchAfterImport("trl", _patch_loudly, source="distmatch_trl_hook")

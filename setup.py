@@ -4,18 +4,21 @@ Python runs each file's single line at interpreter start:
 - `distmatch_trl_hook.pth`: `import distmatch_trl_hook`, inert unless the process is `trl sft` with a distmatch
   option (see distmatch_trl_hook.py and README "TRL");
 - `distmatch_lm_eval_hook.pth`: `import distmatch_lm_eval_hook`, which only adds the distmatch task folder to
-  lm-eval's TaskManager when lm-eval's task manager is imported (see distmatch_lm_eval_hook.py).
+  lm-eval's TaskManager when lm-eval's task manager is imported (see distmatch_lm_eval_hook.py);
+- `distmatch_axolotl_hook.pth`: `import distmatch_axolotl_hook`, which makes a config with `loss:` load the
+  distmatch Axolotl plugin (see distmatch_axolotl_hook.py).
+
+Editable installs (the Makefile's venvs) get the same files from `python distmatch_import_hook.py install-pth`.
 """
 
+import sys
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-PTH_FILES = {
-    "distmatch_trl_hook.pth": "import distmatch_trl_hook\n",
-    "distmatch_lm_eval_hook.pth": "import distmatch_lm_eval_hook\n",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from distmatch_import_hook import PTH_FILES  # noqa: E402  (one list for wheels and the project's own venvs)
 
 
 class BuildPyWithHookPth(build_py):

@@ -1,8 +1,9 @@
 """The plugin's config keys: `loss` and the loss options, as a pydantic model Axolotl mixes into its config.
 
 Axolotl imports this class by its dotted path (`DistMatchPlugin.get_input_args`) and makes its fields top-level
-YAML keys. The option names, defaults and help are `trl_ext.options.LOSS_OPTIONS` (one name across TRL and
-Axolotl); values are checked by `trl_ext.options.loss_params`, the same check the TRL config runs.
+YAML keys. The option fields are built from `trl_ext.options.LOSS_OPTIONS` (defined by the loss specs: one name,
+type, default, help and choices across TRL and Axolotl); values are checked by `trl_ext.options.loss_params`, the
+same check the TRL config runs.
 
 Only pydantic and `trl_ext` are imported here (no Axolotl), so the schema can be inspected without Axolotl.
 """
@@ -13,12 +14,16 @@ import difflib
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
-from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, OPTION_DEFAULTS, loss_params
+from trl_ext.checks import DistMatchConfigError, check_option_usage
+from trl_ext.emo_cost import check_cost_embedding_source, model_vocab_size
+from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, cost_embedding_option, loss_params
 
-_HELP = {o.name: o.help for o in LOSS_OPTIONS}
-_OPTION_LOSS = {o.name: o.losses[0] for o in LOSS_OPTIONS}  # a loss that uses the option, to validate it
+#: Options that are also Axolotl's own keys (its `use_eaft` reads `eaft_alpha` / `eaft_k`): without a distmatch
+#: `loss` they belong to Axolotl and are not refused.
+AXOLOTL_OWN_KEYS = frozenset({"eaft_alpha", "eaft_k"})
+
 
 CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 
@@ -92,7 +97,7 @@ def unknown_loss_message(value: Any) -> str:
     return message + (f" Did you mean {close[0]!r}?" if close else "")
 
 
-class DistMatchArgs(BaseModel):
+class _DistMatchArgs(BaseModel):
     """Input args of the distmatch plugin: `loss: gem_ls` (plus its options) replaces the SFT cross-entropy."""
 
     loss: Literal[DISTMATCH_LOSSES] | None = Field(  # type: ignore[valid-type]
@@ -103,41 +108,12 @@ class DistMatchArgs(BaseModel):
             + ". Unset: Axolotl's own loss, the plugin does nothing."
         },
     )
-    gem_beta: float = Field(
-        default=OPTION_DEFAULTS["gem_beta"], json_schema_extra={"description": _HELP["gem_beta"]}
-    )
-    emo_cost_embedding: str = Field(
-        default=OPTION_DEFAULTS["emo_cost_embedding"],
-        json_schema_extra={"description": _HELP["emo_cost_embedding"]},
-    )
-    emo_weighting: Literal["emo1", "emo2"] = Field(
-        default=OPTION_DEFAULTS["emo_weighting"], json_schema_extra={"description": _HELP["emo_weighting"]}
-    )
-    ce_entropy_coef: float = Field(
-        default=OPTION_DEFAULTS["ce_entropy_coef"],
-        json_schema_extra={"description": _HELP["ce_entropy_coef"]},
-    )
-    tailr_gamma: float = Field(
-        default=OPTION_DEFAULTS["tailr_gamma"], json_schema_extra={"description": _HELP["tailr_gamma"]}
-    )
-    mixce_gamma: float = Field(
-        default=OPTION_DEFAULTS["mixce_gamma"], json_schema_extra={"description": _HELP["mixce_gamma"]}
-    )
 
     @field_validator("loss", mode="before")
     @classmethod
     def _known_loss(cls, value: Any) -> Any:
         if value is not None and value not in DISTMATCH_LOSSES:
-            raise ValueError(unknown_loss_message(value))
-        return value
-
-    @field_validator(*_OPTION_LOSS, mode="after")
-    @classmethod
-    def _valid_option(cls, value: Any, info: ValidationInfo) -> Any:
-        # The TRL integration's check (`loss_params`), so a value is valid in both frameworks or in neither.
-        name = info.field_name
-        assert name is not None
-        loss_params(_OPTION_LOSS[name], {name: value})
+            raise DistMatchConfigError(unknown_loss_message(value))
         return value
 
     @model_validator(mode="wrap")
@@ -147,6 +123,7 @@ class DistMatchArgs(BaseModel):
         # Settings written in the YAML: reported first, before other validators complain about their details.
         if raw.get("loss") in DISTMATCH_LOSSES:
             _raise_conflicts(raw["loss"], raw)
+        _check_options(raw)
         model = handler(data)  # Axolotl's and the other plugins' defaults are applied now
         loss = getattr(model, "loss", None)
         if loss is not None:
@@ -156,10 +133,52 @@ class DistMatchArgs(BaseModel):
         return model
 
 
+def _check_options(raw: Mapping[str, Any]) -> None:
+    """The loss options written in the YAML: used by the chosen loss, valid for it, and (EMO) a cost-embedding
+    model with the training model's vocabulary. Checked on the raw YAML: a default is never refused."""
+    loss = raw.get("loss")
+    if loss is not None and loss not in DISTMATCH_LOSSES:
+        return  # the field validator names the valid losses
+    written = {o.name: raw[o.name] for o in LOSS_OPTIONS if raw.get(o.name) is not None}
+    check_option_usage(
+        loss,
+        {k: v for k, v in written.items() if loss is not None or k not in AXOLOTL_OWN_KEYS},
+        LOSS_OPTIONS,
+        DISTMATCH_LOSSES,
+    )
+    if loss is None:
+        return
+    try:
+        loss_params(loss, written)  # the TRL config's check: valid in both frameworks or in neither
+    except ValueError as err:
+        raise DistMatchConfigError(str(err)) from None
+    source = cost_embedding_option(loss)
+    if source is not None and source in written:
+        model = raw.get("base_model_config") or raw.get("base_model")
+        check_cost_embedding_source(written[source], model_vocab_size(model))
+
+
+def _option_field(option: Any) -> tuple[Any, Any]:
+    # Unset (None): the default named in the description; the plugin fills it in (`DistMatchPlugin`). A value
+    # written without a loss that uses it is refused (`trl_ext.checks.check_option_usage`).
+    annotation = Literal[option.choices] if option.choices is not None else option.type  # type: ignore[valid-type]
+    description = f"{option.help} Default: {option.default!r} (only with a `loss` that uses it)."
+    return annotation | None, Field(default=None, json_schema_extra={"description": description})
+
+
+DistMatchArgs = create_model(
+    "DistMatchArgs",
+    __base__=_DistMatchArgs,
+    __module__=__name__,
+    **{o.name: _option_field(o) for o in LOSS_OPTIONS},
+)
+DistMatchArgs.__doc__ = _DistMatchArgs.__doc__
+
+
 def _raise_conflicts(loss: str, values: Mapping[str, Any]) -> None:
     problems = conflicts(loss, values)
     if problems:
-        raise ValueError(
+        raise DistMatchConfigError(
             f"loss: {loss} (distmatch plugin) cannot be combined with "
             + "; ".join(problems)
             + ". The distmatch loss replaces the model's cross-entropy; these settings would change or bypass it."

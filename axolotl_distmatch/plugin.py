@@ -66,7 +66,9 @@ class DistMatchPlugin(BasePlugin):
         try:
             from . import trainer  # noqa: F401  (fail here, loudly, rather than at trainer-build time)
         except ImportError as err:
-            raise RuntimeError(
+            from trl_ext.checks import DistMatchConfigError
+
+            raise DistMatchConfigError(
                 f"loss: {loss} is set but the distmatch Axolotl trainer failed to import ({err}); without it "
                 "Axolotl would train with plain cross-entropy. Reinstall: pip install 'distmatch[axolotl]'"
             ) from err

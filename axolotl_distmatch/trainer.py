@@ -30,8 +30,8 @@ import torch
 from axolotl.core.trainers.base import AxolotlTrainer
 from transformers import Trainer
 
+from trl_ext.loss_mixin import DistMatchLossMixin
 from trl_ext.losses import IGNORE_INDEX
-from trl_ext.trainer import DistMatchLossMixin
 
 DEBUG_ENV = "DISTMATCH_DEBUG_TOKEN_COUNTS"
 

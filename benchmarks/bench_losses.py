@@ -57,7 +57,7 @@ SHAPES = {
 DEFAULT_SHAPES = ["smollm2", "llama3-8b"]
 TINY_SHAPE = {"d": 16, "V": 256, "N": 64}  # for the in-process warm-up before the baseline
 
-LOSSES = ("ce", "gem_linear", "gem_ls", "emo")
+LOSSES = ("ce", "gem_linear", "gem_ls", "emo", "dft", "eaft")
 PATHS = ("reference", "chunked", "fused")
 ANCHORS = ("hf_ce", "torch_lce", "trl_nll", "liger_flce", "cce")
 CPU_ANCHORS = ("hf_ce", "torch_lce", "trl_nll")  # Liger's and CCE's kernels are CUDA-only
@@ -129,6 +129,13 @@ def _malloc_trim() -> None:
         pass
 
 
+def _needs_cost_embedding(loss: str) -> bool:
+    sys.path.insert(0, str(REPO_ROOT))
+    from trl_ext.losses import LOSSES as SPECS
+
+    return loss in SPECS and SPECS[loss].needs_cost_embedding
+
+
 def _make_inputs(shape: dict, loss: str, device: str, seed: int = 0, dtype: str = "float32") -> dict:
     """Inputs built in place, without temporaries the size of the weight (they would raise the RSS peak)."""
     import torch
@@ -147,7 +154,7 @@ def _make_inputs(shape: dict, loss: str, device: str, seed: int = 0, dtype: str 
         "labels": labels,
         "n_valid": int((labels != -100).sum()),
     }
-    if loss == "emo":
+    if _needs_cost_embedding(loss):
         inputs["cost_embedding"] = weight.detach().clone()  # frozen copy of the head
     return inputs
 
@@ -249,7 +256,7 @@ def _loss_fn(case: dict):
     from trl_ext.losses.reference import reference_token_loss
 
     def params(x: dict) -> dict:
-        return {"cost_embedding": x["cost_embedding"]} if loss == "emo" else {}
+        return {"cost_embedding": x["cost_embedding"]} if "cost_embedding" in x else {}
 
     if path == "reference":
         return lambda x: (

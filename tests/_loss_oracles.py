@@ -23,7 +23,33 @@ DEFAULTS: dict[str, dict] = {
     "ce_entropy": {"entropy_coef": 0.1},
     "tailr": {"gamma": 0.5},
     "mixce": {"gamma": 0.5},
+    "dft": {},
+    "eaft": {"alpha": 1.0, "k": 20},
 }
+EAFT_ENTROPY_SCALE = (
+    3.0  # the EAFT authors' divisor (LLaMA-Factory `use_eaft_loss`); Axolotl's `use_eaft` has none
+)
+
+
+def topk_entropy(z: torch.Tensor, k: int, log_eps: float = 0.0) -> torch.Tensor:
+    """Entropy of the softmax over the min(k, V) largest logits of each row (float64, by sorting).
+
+    `log_eps` > 0 gives Axolotl's variant, -sum q log(q + eps)."""
+    z = z.detach().double()
+    top = torch.sort(z, dim=1, descending=True).values[:, : min(k, z.shape[1])]
+    shifted = top - top[:, :1]
+    q = torch.exp(shifted) / torch.exp(shifted).sum(dim=1, keepdim=True)
+    return -(q * torch.log(q + log_eps)).sum(dim=1)
+
+
+def eaft_weight(z: torch.Tensor, alpha: float, k: int) -> torch.Tensor:
+    """The EAFT authors' weight (H_k / 3) ** alpha."""
+    return (topk_entropy(z, k) / EAFT_ENTROPY_SCALE) ** alpha
+
+
+def eaft_axolotl_weight(z: torch.Tensor, alpha: float, k: int) -> torch.Tensor:
+    """Axolotl 0.21 `use_eaft`'s weight: H_k ** alpha with log(q + 1e-10), no division by 3."""
+    return topk_entropy(z, k, log_eps=1e-10) ** alpha
 
 
 @dataclass
@@ -130,6 +156,14 @@ def oracle(name: str, logits: torch.Tensor, labels: torch.Tensor, **params) -> O
         w = gamma + (1.0 - gamma) * py
         value = w * ell
         grad = w[:, None] * (p - onehot)
+    elif name == "dft":
+        value = py * ell
+        grad = py[:, None] * (p - onehot)
+    elif name == "eaft":
+        w = eaft_weight(z, float(cfg["alpha"]), int(cfg["k"]))
+        value = w * ell
+        grad = w[:, None] * (p - onehot)
+        e_out = w  # the frozen weight, for the gradcheck surrogate
     else:
         raise KeyError(name)
 
@@ -161,8 +195,8 @@ def _ce_diff(z: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
 def surrogate(name: str, z: torch.Tensor, labels: torch.Tensor, frozen: Oracle | None = None, **params):
     """A differentiable function S(z) [N] with dS_n/dz_n == the spec'd gradient of loss `name`.
 
-    ce / ce_entropy: the loss itself. gem_linear: beta*lse(z/beta) - z_y. tailr / mixce: a potential
-    F(l) with F'(l) = w(exp(-l)). gem_ls / emo: the spec'd weights are frozen at the point where
+    ce / ce_entropy: the loss itself. gem_linear: beta*lse(z/beta) - z_y. tailr / mixce / dft: a potential
+    F(l) with F'(l) = w(exp(-l)). gem_ls / emo / eaft: the spec'd weights are frozen at the point where
     `frozen` (the oracle) was computed, and the remaining pieces (z_i - z_y, l, DEMD) are differentiated
     numerically by gradcheck, which independently checks the DEMD gradient formula.
     """
@@ -185,6 +219,11 @@ def surrogate(name: str, z: torch.Tensor, labels: torch.Tensor, frozen: Oracle |
     elif name == "mixce":
         gamma = float(cfg["gamma"])
         out = gamma * ell + (1.0 - gamma) * (1.0 - torch.exp(-ell))
+    elif name == "dft":  # F(l) = -exp(-l): F'(l) = p_y
+        out = -torch.exp(-ell)
+    elif name == "eaft":  # the weight frozen at the oracle's point
+        assert frozen is not None
+        out = frozen.e.to(z.dtype) * ell
     elif name == "tailr":
         gamma = float(cfg["gamma"])
         if gamma == 1.0:
@@ -226,7 +265,7 @@ def make_surrogate(name: str, z0: torch.Tensor, labels: torch.Tensor, **params):
     cfg = dict(DEFAULTS[name])
     cfg.update(params)
     frozen = None
-    if name == "emo":
+    if name in ("emo", "eaft"):
         frozen = oracle(name, z0, labels, **params)
     if name == "gem_ls":
         r0 = gem_ls_frozen_r(z0, labels, float(cfg["beta"]))

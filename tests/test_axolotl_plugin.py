@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import copy
 import importlib.metadata
+import inspect
 import json
 import math
 import os
@@ -83,6 +84,7 @@ def assets(tmp_path_factory) -> dict[str, Path]:
 def tiny_config(assets: dict[str, Path], out: Path, **overrides: Any) -> dict[str, Any]:
     """`examples/axolotl/tiny-cpu.yaml` pointed at the test's assets, in the packed GPU row layout, 2 steps."""
     cfg = yaml.safe_load((EXAMPLES / "tiny-cpu.yaml").read_text())
+    cfg.pop("gem_beta")  # a GEM option: refused with the other losses the overrides may choose
     dataset = dict(cfg["datasets"][0], path=str(assets["chat"]))
     cfg.update(
         base_model=str(assets["model"]),
@@ -181,7 +183,10 @@ def test_schema_has_the_shared_names_and_defaults() -> None:
     from trl_ext.config import DistMatchSFTConfig
 
     fields = DistMatchArgs.model_fields
-    assert {k: fields[k].default for k in OPTION_DEFAULTS} == OPTION_DEFAULTS
+    # Unset options stay None (a default is never "written"); the description names the default the plugin uses.
+    assert all(fields[k].default is None for k in OPTION_DEFAULTS)
+    for key, default in OPTION_DEFAULTS.items():
+        assert f"Default: {default!r}" in fields[key].json_schema_extra["description"]
     assert fields["loss"].default is None
     schema = DistMatchArgs.model_json_schema()["properties"]["loss"]
     choices = next(s["enum"] for s in schema["anyOf"] if "enum" in s)
@@ -191,12 +196,7 @@ def test_schema_has_the_shared_names_and_defaults() -> None:
 
 def test_loss_key_is_validated_and_kept(assets, tmp_path) -> None:
     cfg = validate(tiny_config(assets, tmp_path, loss="emo", emo_weighting="emo2"), gpu=False)
-    assert (cfg.loss, cfg.emo_weighting, cfg.gem_beta, cfg.emo_cost_embedding) == (
-        "emo",
-        "emo2",
-        0.7,
-        "frozen",
-    )
+    assert (cfg.loss, cfg.emo_weighting, cfg.gem_beta, cfg.emo_cost_embedding) == ("emo", "emo2", None, None)
 
 
 def test_unknown_loss_fails_validation_naming_the_choices(assets, tmp_path) -> None:
@@ -209,19 +209,92 @@ def test_unknown_loss_fails_validation_naming_the_choices(assets, tmp_path) -> N
 
 
 @pytest.mark.parametrize(
-    ("key", "value", "expected"),
+    ("loss", "key", "value", "expected"),
     [
-        ("gem_beta", 0.0, "gem_beta=0.0 is invalid"),
-        ("tailr_gamma", 1.5, "tailr_gamma=1.5 is invalid"),
-        ("mixce_gamma", -0.1, "mixce_gamma=-0.1 is invalid"),
-        ("ce_entropy_coef", float("nan"), "ce_entropy_coef=nan is invalid"),
-        ("emo_weighting", "emo3", "'emo1' or 'emo2'"),
-        ("emo_cost_embedding", "", "emo_cost_embedding='' is invalid"),
+        ("gem_ls", "gem_beta", 0.0, "Loss 'gem_ls': gem_beta=0.0 is invalid"),
+        ("gem_linear", "gem_beta", -1, "Loss 'gem_linear': gem_beta=-1 is invalid"),
+        ("tailr", "tailr_gamma", 1.5, "tailr_gamma=1.5 is invalid"),
+        ("mixce", "mixce_gamma", -0.1, "mixce_gamma=-0.1 is invalid"),
+        ("ce_entropy", "ce_entropy_coef", float("nan"), "ce_entropy_coef=nan is invalid"),
+        ("emo", "emo_weighting", "emo3", "emo_weighting='emo3' is invalid; expected one of 'emo1', 'emo2'"),
+        ("emo", "emo_cost_embedding", "", "emo_cost_embedding='' is invalid"),
+        ("emo", "emo_cost_embedding", "/nonexistent/model", "no such folder"),
+        ("emo", "emo_cost_embedding", "not a hub id!", "not a hub id"),
+        # options that would have no effect
+        ("emo", "gem_beta", 0.5, "gem_beta=0.5 has no effect with loss='emo'"),
+        (None, "gem_beta", 0.5, "gem_beta=0.5 is set but `loss` is unset"),
+        (None, "emo_weighting", "emo2", "add `loss: emo`"),
+        ("eaft", "eaft_alpha", -1.0, "eaft_alpha=-1.0 is invalid"),
+        ("eaft", "eaft_k", 0, "eaft_k=0 is invalid"),
+        ("gem_ls", "eaft_k", 5, "eaft_k=5 has no effect with loss='gem_ls'"),
     ],
 )
-def test_bad_option_values_fail_validation(assets, tmp_path, key, value, expected) -> None:
-    with pytest.raises(ValidationError, match=re.escape(expected)):
-        validate(tiny_config(assets, tmp_path, **{key: value}), gpu=False)
+def test_bad_option_values_fail_validation(assets, tmp_path, loss, key, value, expected) -> None:
+    cfg = tiny_config(assets, tmp_path, **{key: value})
+    cfg.pop("loss")
+    if loss is not None:
+        cfg["loss"] = loss
+    with pytest.raises(ValidationError, match=re.escape(expected)) as info:
+        validate(cfg, gpu=False)
+    if loss == "gem_ls":  # the user's loss is named, not another loss that uses the option
+        assert "gem_linear" not in str(info.value)
+
+
+def test_cost_embedding_with_another_vocabulary_fails_validation(assets, tmp_path) -> None:
+    """Both vocabularies come from config.json files: no weights are read (the other folder has none)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    config = json.loads((assets["model"] / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps(dict(config, vocab_size=config["vocab_size"] + 20)))
+    cfg = tiny_config(assets, tmp_path, loss="emo", emo_cost_embedding=str(other))
+    with pytest.raises(ValidationError, match=f"vocabulary of {config['vocab_size'] + 20} tokens"):
+        validate(cfg, gpu=False)
+
+
+def test_eaft_options_are_axolotls_own_eaft_keys(assets, tmp_path) -> None:
+    """`eaft_alpha` / `eaft_k` mean the same for `loss: eaft` as for Axolotl's `use_eaft`, with the same defaults:
+    switching from `use_eaft: true` to `loss: eaft` keeps them (the weight differs by the constant 3 ** alpha)."""
+    from axolotl.utils.schemas.config import AxolotlInputConfig
+
+    own = AxolotlInputConfig.model_fields
+    assert (own["eaft_alpha"].default, own["eaft_k"].default) == (
+        OPTION_DEFAULTS["eaft_alpha"],
+        OPTION_DEFAULTS["eaft_k"],
+    )
+    cfg = validate(tiny_config(assets, tmp_path, loss="eaft", eaft_alpha=0.5, eaft_k=5), gpu=False)
+    assert (cfg.loss, cfg.eaft_alpha, cfg.eaft_k) == ("eaft", 0.5, 5)
+    trainer_cls = PluginManager.get_instance().plugins[PLUGIN].get_trainer_cls(cfg)
+    assert trainer_cls.distmatch_loss == "eaft"
+    assert (trainer_cls.distmatch_options["eaft_alpha"], trainer_cls.distmatch_options["eaft_k"]) == (0.5, 5)
+    # Without a distmatch `loss` they are Axolotl's (for its `use_eaft`): not refused as options without a loss.
+    PluginManager.get_instance().plugins.clear()
+    own = tiny_config(assets, tmp_path, use_eaft=True, eaft_alpha=0.5, eaft_k=5)
+    own.pop("loss")
+    cfg = validate(own, gpu=False)
+    assert (cfg.use_eaft, cfg.eaft_alpha, cfg.eaft_k, cfg.get("loss")) == (True, 0.5, 5, None)
+
+
+def test_eaft_equals_axolotls_own_eaft_loss_divided_by_3_pow_alpha():
+    """Against the installed Axolotl's `use_eaft` loss function itself (present from Axolotl 0.19)."""
+    import torch
+    from axolotl.monkeypatch.loss import eaft
+
+    from trl_ext.losses import token_loss
+
+    gen = torch.Generator().manual_seed(5)
+    batch, length, vocab = 2, 9, 50
+    logits = torch.randn(batch, length, vocab, generator=gen) * 3
+    labels = torch.randint(0, vocab, (batch, length), generator=gen)
+    labels[0, :3] = -100
+    shifted = labels[:, 1:]
+    items = int((shifted != -100).sum())
+    for alpha, k in ((1.0, 20), (0.7, 5)):
+        outputs = type("Outputs", (), {"logits": logits})()
+        # Later Axolotl versions add `normalize` (dividing H_k by ln k); the definition compared here is without.
+        extra = {"normalize": False} if "normalize" in inspect.signature(eaft.eaft_loss).parameters else {}
+        theirs = eaft.eaft_loss(outputs, labels, num_items_in_batch=items, alpha=alpha, k=k, **extra)
+        ours = token_loss("eaft", logits[:, :-1].reshape(-1, vocab), shifted.reshape(-1), alpha=alpha, k=k)
+        assert float(ours.sum() / items) * 3.0**alpha == pytest.approx(float(theirs), rel=1e-5)
 
 
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
@@ -301,7 +374,7 @@ def test_register_fails_loudly_when_the_trainer_cannot_import(monkeypatch) -> No
     monkeypatch.delattr(axolotl_distmatch, "trainer")
     monkeypatch.setitem(sys.modules, "axolotl_distmatch.trainer", None)
     with pytest.raises(
-        RuntimeError, match="loss: emo is set but the distmatch Axolotl trainer failed to import"
+        ValueError, match="loss: emo is set but the distmatch Axolotl trainer failed to import"
     ):
         plugin.register({"loss": "emo"})
 
@@ -578,3 +651,98 @@ def test_emo_resume_keeps_the_pretrained_cost_embedding(assets, tmp_path) -> Non
     assert resumed.state.global_step == 3
     assert torch.equal(resumed.distmatch_request.cost_embedding, pretrained)
     assert not torch.equal(model.get_output_embeddings().weight.detach(), pretrained)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `loss:` without `plugins:`: the activation hook adds the plugin (a venv set up like the project's, real CLI)
+
+
+def test_hook_adds_the_plugin_only_for_distmatch_keys() -> None:
+    import distmatch_axolotl_hook as hook
+    from trl_ext.options import LOSS_OPTIONS
+
+    assert set(hook.OPTION_NAMES) == {
+        o.name for o in LOSS_OPTIONS
+    }  # kept in sync (the hook imports no torch)
+    plain = {"base_model": "m", "plugins": ["x.Y"]}
+    assert hook.add_plugin(plain) == [] and plain["plugins"] == ["x.Y"]
+    assert hook.add_plugin({"loss": None}) == []
+    cfg = {"base_model": "m", "loss": "gem_ls", "gem_beta": 0.5}
+    assert hook.add_plugin(cfg) == ["loss", "gem_beta"] and cfg["plugins"] == [PLUGIN]
+    listed = {"gem_beta": 0.5, "plugins": ["axolotl_distmatch:DistMatchPlugin"]}
+    hook.add_plugin(listed)
+    assert listed["plugins"] == ["axolotl_distmatch:DistMatchPlugin"]  # already there, other spelling
+
+
+@pytest.fixture(scope="module")
+def project_venv(tmp_path_factory):
+    from project_venv import make_project_like_venv
+
+    return make_project_like_venv(tmp_path_factory.mktemp("project_venv"), REPO)
+
+
+def _axolotl_train(venv, cfg: dict[str, Any], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    config_path = tmp_path / "cfg.yml"
+    config_path.write_text(yaml.safe_dump(cfg))
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DISTMATCH_", "PYTHON"))}
+    environment.update(env, PATH=f"{venv.bin}:{os.environ.get('PATH', '')}")
+    return subprocess.run(
+        [str(venv.bin / "axolotl"), "train", str(config_path), "--launcher", "python"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=600,
+    )
+
+
+def _one_line_error(result: subprocess.CompletedProcess) -> str:
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    return line
+
+
+def test_axolotl_train_loss_without_plugins_line_trains_distmatch(assets, project_venv, tmp_path) -> None:
+    cfg = tiny_config(assets, tmp_path / "out", max_steps=1)
+    cfg.pop("plugins")
+    result = _axolotl_train(project_venv, cfg, tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert f"Plugin loaded successfully: {PLUGIN}" in output
+    (entry,) = [entry for entry in printed_logs(output) if "loss" in entry]
+    assert {"ce", "entropy", "mean_token_accuracy"} <= set(entry)  # the distmatch trainer's metrics
+    assert abs(entry["loss"] - entry["ce"]) > 1.0  # GEM's objective, not cross-entropy
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"loss": "gem_ls", "gem_beta": 0}, "error: Loss 'gem_ls': gem_beta=0 is invalid"),
+        ({"loss": None, "gem_beta": 0.5}, "error: gem_beta=0.5 is set but `loss` is unset"),
+        ({"loss": "gem_lsx"}, "error: loss='gem_lsx' is not a distmatch loss"),
+    ],
+)
+def test_axolotl_train_refuses_in_one_line(assets, project_venv, tmp_path, overrides, expected) -> None:
+    cfg = tiny_config(assets, tmp_path / "out", **overrides)
+    cfg.pop("plugins")
+    line = _one_line_error(_axolotl_train(project_venv, cfg, tmp_path))
+    assert line.startswith(expected), line
+    if overrides.get("loss") == "gem_ls":
+        assert "gem_linear" not in line  # the user's loss is named, not another loss using the option
+    assert not (tmp_path / "out").exists()
+
+
+def test_axolotl_train_stops_when_the_plugin_fails_to_import(assets, project_venv, tmp_path) -> None:
+    """A plugin that cannot be imported is an error, never a skipped plugin (the fault: a broken plugin module
+    earlier on the path)."""
+    broken = tmp_path / "broken" / "axolotl_distmatch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("")
+    (broken / "plugin.py").write_text("raise ImportError('simulated broken install')\n")
+    cfg = tiny_config(assets, tmp_path / "out")
+    cfg.pop("plugins")
+    line = _one_line_error(_axolotl_train(project_venv, cfg, tmp_path, PYTHONPATH=str(broken.parent)))
+    assert "failed to import" in line and "simulated broken install" in line and "loss" in line, line
+    assert not (tmp_path / "out").exists()

@@ -37,7 +37,7 @@ def _run(args: list[str], out: Path) -> dict:
 
 def test_loss_benchmark_harness(tmp_path):
     data = _run(["benchmarks/bench_losses.py", "--shapes", "tiny", "--paths", "fused", "--repeats", "1",
-                 "--losses", "ce,gem_ls,emo", "--anchors", "hf_ce,torch_lce"], tmp_path)  # fmt: skip
+                 "--losses", "ce,gem_ls,emo,dft,eaft", "--anchors", "hf_ce,torch_lce"], tmp_path)  # fmt: skip
     rows = {(r["loss"], r["path"]): r for r in data["results"]}
     assert set(rows) == {
         ("ce", "hf_ce"),
@@ -45,11 +45,17 @@ def test_loss_benchmark_harness(tmp_path):
         ("ce", "fused"),
         ("gem_ls", "fused"),
         ("emo", "fused"),
+        ("dft", "fused"),
+        ("eaft", "fused"),
     }
     assert not [r for r in rows.values() if "error" in r]
     # The same inputs in every process: CE through transformers, PyTorch and our fused rows agree; emo1's value is CE.
     for key in (("ce", "torch_lce"), ("ce", "fused"), ("emo", "fused")):
         assert rows[key]["loss_value"] == pytest.approx(rows[("ce", "hf_ce")]["loss_value"], rel=1e-5)
+    # dft = sg(p_y) * CE and eaft = sg((H_k / 3) ** alpha) * CE are smaller than CE here (p_y < 1; H_k < 3 since
+    # ln 20 < 3), and positive.
+    for loss in ("dft", "eaft"):
+        assert 0 < rows[(loss, "fused")]["loss_value"] < rows[("ce", "hf_ce")]["loss_value"]
     assert all(
         r["extra_mib"] >= 0 and r["time_s"] > 0 and r["memory_ratio"] is not None for r in rows.values()
     )

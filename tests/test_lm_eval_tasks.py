@@ -794,3 +794,63 @@ def test_wheel_run_distmatch_nlu_without_include_path(
     assert results["distmatch_nlu"]["acc,none"] == pytest.approx(sum(accs) / 8)
     # The same data and encoder: the retrievals cached by the first run are reused (no encoder needed).
     assert "retrieval read from" in proc.stderr + proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Task options and local data: refused before the model or any data loads
+
+
+def test_task_options_table_checks() -> None:
+    from distmatch_import_hook import DistMatchConfigError
+    from eval_tasks.lm_eval_tasks.options import TASK_OPTIONS, check_task_options
+
+    check_task_options({"template": "emo_code", "ice_num": 0, "num_samples": 2, "version": 1.0}, [])
+    check_task_options({"pretrained": "m", "dtype": "float32"}, ["pretrained", "dtype"])  # model args pass
+    check_task_options({"dtype": "float32", "batch_size": 8})  # model args not known: only typos are refused
+    with pytest.raises(DistMatchConfigError) as err:
+        check_task_options({"tempalte": "emo_code", "ice_num": -3, "num_samples": 1.5}, ["pretrained"])
+    message = str(err.value)
+    assert "unknown task option 'tempalte' (did you mean 'template'?)" in message
+    assert "ice_num=-3 is invalid" in message and "num_samples=1.5 is invalid" in message  # all at once
+    assert all(name in message for name in TASK_OPTIONS)  # the valid keys
+    with pytest.raises(DistMatchConfigError, match="unknown task option 'colour'"):
+        check_task_options({"colour": "blue"}, [])  # with the model args known, every unknown key
+    with pytest.raises(DistMatchConfigError, match="did you mean 'template'"):
+        check_task_options({"tempalte": "paper"})
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({"tempalte": "emo_code"}, "unknown task option 'tempalte' (did you mean 'template'?)"),
+        ({"ice_num": -3}, "ice_num=-3 is invalid for the NLU retrieval tasks; expected an integer >= 0"),
+        ({"template": "emo"}, "template='emo' is invalid"),
+    ],
+)
+def test_bad_task_options_refused_before_the_model_loads(
+    wheel_python: Path, workdir: Path, env: dict[str, str], metadata: dict[str, Any], expected: str
+) -> None:
+    cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
+    cmd += ["--tasks", "distmatch_sst2", "--device", "cpu", "--metadata", json.dumps(metadata)]
+    proc = _run(cmd, env, workdir)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert expected in line and "Valid options: template, ice_num" in line, line
+    assert "Initializing hf model" not in output  # before the model
+
+
+def test_missing_local_data_listed_all_at_once(
+    wheel_python: Path, workdir: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
+    cmd += ["--tasks", "distmatch_nlu,distmatch_ifeval", "--device", "cpu"]
+    proc = _run(cmd, dict(env, DISTMATCH_EVAL_DATA_DIR=str(tmp_path)), workdir)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert "lacks 17 split(s)" in line and "$DISTMATCH_EVAL_DATA_DIR" in line, line
+    for key, split in [("sst2", "train"), ("ag_news", "test"), ("mmlu", "dev"), ("ifeval", "train")]:
+        assert f"{tmp_path / key / split}.jsonl" in line, line
+    assert "'google/IFEval'" in line and "'cais/mmlu'" in line  # what to download
+    assert "Initializing hf model" not in output

@@ -61,6 +61,12 @@ CONFIGS = [
     ("mixce", {"gamma": 0.0}),
     ("mixce", {"gamma": 0.2}),
     ("mixce", {"gamma": 1.0}),
+    ("dft", {}),
+    ("eaft", {}),
+    ("eaft", {"k": 4}),
+    ("eaft", {"alpha": 0.5, "k": 3}),
+    ("eaft", {"alpha": 2.0}),
+    ("eaft", {"alpha": 0.0}),
 ]
 # One config per loss (default params, EMO both weightings) for the more expensive sweeps.
 BASIC = [
@@ -72,6 +78,8 @@ BASIC = [
     ("ce_entropy", {}),
     ("tailr", {}),
     ("mixce", {}),
+    ("dft", {}),
+    ("eaft", {"k": 5}),
 ]
 
 
@@ -193,7 +201,17 @@ def assert_close(actual, expected, **tol):
 
 
 def test_api_constants():
-    assert tuple(LOSS_NAMES) == ("ce", "emo", "gem_linear", "gem_ls", "ce_entropy", "tailr", "mixce")
+    assert tuple(LOSS_NAMES) == (
+        "ce",
+        "emo",
+        "gem_linear",
+        "gem_ls",
+        "ce_entropy",
+        "tailr",
+        "mixce",
+        "dft",
+        "eaft",
+    )
     assert isinstance(LOSS_NAMES, tuple)
     assert IGNORE_INDEX == -100
     assert dataclasses.is_dataclass(TokenStats)
@@ -247,6 +265,13 @@ def _readable_autograd(name, z, labels, params):
         out = w * ell
     elif name == "mixce":
         out = (cfg["gamma"] + (1 - cfg["gamma"]) * py.detach()) * ell
+    elif name == "dft":
+        out = py.detach() * ell
+    elif name == "eaft":
+        top = torch.topk(z.detach(), min(cfg["k"], z.shape[1]), dim=1).values
+        q = torch.softmax(top, dim=1)
+        entropy = -(q * torch.log(q)).sum(dim=1)
+        out = (entropy / 3.0) ** cfg["alpha"] * ell
     return out * valid.double()
 
 
@@ -592,7 +617,12 @@ def _ce_equiv_check(name, params, logits, labels, tol=TIGHT):
 
 @pytest.mark.parametrize(
     "name,params",
-    [("tailr", {"gamma": 0.0}), ("mixce", {"gamma": 1.0}), ("ce_entropy", {"entropy_coef": 0.0})],
+    [
+        ("tailr", {"gamma": 0.0}),
+        ("mixce", {"gamma": 1.0}),
+        ("ce_entropy", {"entropy_coef": 0.0}),
+        ("eaft", {"alpha": 0.0}),
+    ],
 )
 def test_reduces_to_ce(name, params):
     logits, labels = make_logits(seed=81)
@@ -1222,6 +1252,9 @@ UNKNOWN_PARAM_CASES = [
     ("mixce", {"mixing_ratio": 0.5}, ["gamma"]),
     ("gem_linear", {"cost_embedding": "EMB"}, ["beta"]),
     ("ce", {"weighting": "emo1"}, []),
+    ("dft", {"gamma": 0.5}, []),
+    ("eaft", {"beta": 0.5}, ["alpha", "k"]),
+    ("eaft", {"eaft_alpha": 0.5}, ["alpha", "k"]),
 ]
 
 
@@ -1250,6 +1283,8 @@ BAD_PARAM_VALUES = [
     ("mixce", "gamma", [-0.01, 1.01, float("-inf"), float("inf")]),
     ("ce_entropy", "entropy_coef", [-0.1, -1e-9, float("nan"), float("inf")]),
     ("emo", "weighting", ["emo3", "EMO1", "", "emo"]),
+    ("eaft", "alpha", [-0.5, -1e-9, float("nan"), float("inf"), "1"]),
+    ("eaft", "k", [0, -3, 2.5, True, "20"]),
 ]
 
 

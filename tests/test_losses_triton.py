@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
-from trl_ext.losses import kernels as kernels_module
-from trl_ext.losses.kernels import KERNELS_ENV, TRITON_LOSSES, select_row_math
+from trl_ext.losses import row_backends as kernels_module
+from trl_ext.losses.row_backends import KERNELS_ENV, TRITON_LOSSES, select_row_math
 from trl_ext.losses.rows import chunk_math
 
 ON_CUDA = torch.cuda.is_available()
@@ -198,9 +198,56 @@ def test_forced_triton_really_runs_the_kernel(triton_rows, monkeypatch):
 
     monkeypatch.setattr(triton_rows, "triton_chunk_math", spy)
     monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: spy)
+    monkeypatch.setattr(kernels_module, "_CHECKED", {(DEVICE.type, torch.float32)})  # self-check already done
     fused_token_loss("gem_ls", torch.randn(4, 6, device=DEVICE), torch.randn(9, 6, device=DEVICE),
                      torch.tensor([0, 1, -100, 8], device=DEVICE), beta=0.7)  # fmt: skip
     assert calls == ["gem_ls"]
+
+
+def test_first_use_self_check_runs_once_and_passes(triton_rows, monkeypatch):
+    calls = []
+    original = triton_rows.triton_chunk_math
+
+    def spy(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: spy)
+    monkeypatch.setattr(kernels_module, "_CHECKED", set())
+    args = (
+        torch.randn(4, 6, device=DEVICE),
+        torch.randn(9, 6, device=DEVICE),
+        torch.tensor([0, 1, -100, 8], device=DEVICE),
+    )
+    fused_token_loss("gem_ls", *args, beta=0.7)
+    checked = [name for name, _ in kernels_module.SELF_CHECK_CASES]
+    assert calls == [*checked, "gem_ls"]  # the check first, then the real chunk
+    fused_token_loss("gem_ls", *args, beta=0.7)
+    assert calls == [*checked, "gem_ls", "gem_ls"]  # once per process
+    assert kernels_module._CHECKED == {(DEVICE.type, torch.float32)}
+
+
+def test_first_use_self_check_stops_a_faulty_kernel(triton_rows, monkeypatch):
+    """An injected fault (EMO's gradient off by 1e-3 in one column) behind the real kernel: stopped, with the fix."""
+    original = triton_rows.triton_chunk_math
+
+    def faulty(name, params, z, y, similarity, **kwargs):
+        result = original(name, params, z, y, similarity, **kwargs)
+        if name == "emo" and result.grad is not None:
+            result.grad[:, 3] += 1e-3
+        return result
+
+    monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: faulty)
+    monkeypatch.setattr(kernels_module, "_CHECKED", set())
+    hidden, weight = torch.randn(4, 6, device=DEVICE), torch.randn(9, 6, device=DEVICE)
+    with pytest.raises(kernels_module.KernelSelfCheckError) as err:
+        fused_token_loss("gem_ls", hidden, weight, torch.tensor([0, 1, 2, 8], device=DEVICE), beta=0.7)
+    assert f"{KERNELS_ENV}=torch" in str(err.value) and "emo" in str(err.value) and "grad" in str(err.value)
+    assert kernels_module._CHECKED == set()  # not marked as checked: every later use stops too
+    monkeypatch.setenv(KERNELS_ENV, "torch")  # the way out the message gives
+    assert torch.isfinite(
+        fused_token_loss("gem_ls", hidden, weight, torch.tensor([0, 1, 2, 8]), beta=0.7)
+    ).all()
 
 
 def test_kernel_compiles_for_an_h100_without_a_gpu(tmp_path):

@@ -86,6 +86,10 @@ hook = _load_hook_module()
         (["/site-packages/trl/scripts/sft.py", "--loss", "emo"], ["--loss"]),  # under accelerate launch
         (["/v/bin/trl", "sft", "--loss_type", "nll", "--lossy", "1"], []),  # TRL's own option, another name
         (["/v/bin/trl", "sft"], []),
+        (["/v/bin/trl", "sft", "--help"], ["--help"]),  # the help lists our options too
+        (["/v/bin/trl", "sft", "-h", "--loss", "emo"], ["--loss"]),
+        (["/v/bin/trl", "sft", "--", "--help"], []),
+        (["/v/bin/trl", "dpo", "--help"], []),
         (["/v/bin/trl", "sft", "--", "--loss", "emo"], []),
         (["/v/bin/trl", "dpo", "--loss", "emo"], []),  # another TRL command
         (["/v/bin/trl", "--loss", "emo", "sft"], []),
@@ -512,9 +516,9 @@ def test_hook_switched_off_fails_like_upstream_trl(wheel_venv, tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_help_lists_the_options_only_when_the_hook_is_active(wheel_venv, tmp_path):
-    """README: `trl sft --help` lists the distmatch options only when the hook is active (`trl sft --loss nll
-    --help`); `distmatch-trl sft --help` always does."""
+def test_help_lists_the_options_unless_the_hook_is_off(wheel_venv, tmp_path):
+    """README: `trl sft --help` activates the hook, so the help lists the distmatch options; switched off
+    (`DISTMATCH_TRL_HOOK=0`) it is TRL's own help; `distmatch-trl sft --help` lists them without the hook."""
 
     def help_text(*command: Path | str, **env: str) -> str:
         out = _run([*command, "--help"], tmp_path, **env)
@@ -522,17 +526,17 @@ def test_help_lists_the_options_only_when_the_hook_is_active(wheel_venv, tmp_pat
         return out.stdout
 
     ours = ("--gem_beta", "--emo_cost_embedding", "--emo_weighting", "--tailr_gamma")
-    plain = help_text(wheel_venv.trl, "sft")
-    assert "--loss_type" in plain and not any(flag in plain for flag in ours)
-    active = help_text(wheel_venv.trl, "sft", "--loss", "nll")
+    active = help_text(wheel_venv.trl, "sft")
     assert all(flag in active for flag in ours)
+    plain = help_text(wheel_venv.trl, "sft", DISTMATCH_TRL_HOOK="0")
+    assert "--loss_type" in plain and not any(flag in plain for flag in ours)
     explicit = help_text(wheel_venv.distmatch_trl, "sft", DISTMATCH_TRL_HOOK="0")
     assert all(flag in explicit for flag in ours)
 
 
-def test_hook_falls_back_to_plain_trl_with_a_message(wheel_venv, tiny, tmp_path):
-    """README: if distmatch cannot be imported when it is needed, the hook says so on stderr and TRL runs unchanged
-    (which then refuses `--loss`). Here a `trl_ext` earlier on the path fails to import."""
+def test_hook_stops_when_distmatch_fails_to_import(wheel_venv, tiny, tmp_path):
+    """README: if distmatch cannot be imported when it is needed, the run stops with one line saying so (never TRL
+    training its own loss instead). Here a `trl_ext` earlier on the path fails to import."""
     shadow = tmp_path / "shadow" / "trl_ext"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('trl_ext broken for this test')\n")
@@ -543,17 +547,17 @@ def test_hook_falls_back_to_plain_trl_with_a_message(wheel_venv, tiny, tmp_path)
     )
     assert out.returncode != 0
     assert (
-        "distmatch: could not enable the distmatch options of `trl sft` (ImportError: trl_ext broken for this "
-        "test); TRL runs unchanged." in out.stderr
+        "error: --loss asks for a distmatch loss, but the distmatch TRL integration failed to import "
+        "(ImportError: trl_ext broken for this test)" in out.stderr
     ), _tail(out)
-    assert "trl sft: error: ambiguous option: --loss could match --loss_type" in out.stderr, _tail(out)
+    assert "Traceback" not in out.stderr, _tail(out)
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
 def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
     """The explicit console script: YAML defaults, flags override them, unknown keys go to `accelerate launch`."""
-    (tmp_path / "cfg.yaml").write_text("loss: gem_linear\ngem_beta: 0.5\nnum_processes: 1\n")
+    (tmp_path / "cfg.yaml").write_text("loss: gem_linear\nemo_weighting: emo2\nnum_processes: 1\n")
     command = [
         wheel_venv.distmatch_trl,
         "sft",
@@ -569,10 +573,66 @@ def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
     assert _hook_events(out.stderr) == []
     assert "`--num_processes` was set to a value of" not in out.stderr  # the YAML key reached accelerate
     logs, args = _trained(tmp_path / "out")
-    assert (type(args).__name__, args.loss, args.emo_cost_embedding, args.gem_beta) == (
+    assert (type(args).__name__, args.loss, args.emo_cost_embedding, args.emo_weighting) == (
         "DistMatchSFTConfig",
         "emo",
         "live",
-        0.5,
+        "emo2",
     )
     assert all({"ce", "demd"} <= entry.keys() for entry in logs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Settings that would train something else than asked: refused before the model loads, in one line
+
+
+def _one_line_error(out: subprocess.CompletedProcess) -> str:
+    """The single `error: ...` line of a refused run (no traceback around it)."""
+    assert out.returncode != 0, _tail(out)
+    assert "Traceback" not in out.stderr, _tail(out)
+    errors = [line for line in out.stderr.splitlines() if "error: " in line]
+    assert len(errors) == 1, _tail(out)
+    return errors[0]
+
+
+REFUSED = {
+    "option_without_loss": (["--gem_beta", "0.5"], ["gem_beta=0.5", "`loss` is unset", "`loss: gem_ls`"]),
+    "option_of_another_loss": (["--loss", "emo", "--tailr_gamma", "0.3"], ["tailr_gamma=0.3", "loss='emo'"]),
+    "loss_and_loss_type": (["--loss", "gem_ls", "--loss_type", "dft"], ["loss='gem_ls'", "loss_type='dft'"]),
+    "liger": (["--use_liger_kernel", "true", "--loss", "emo"], ["use_liger_kernel=True", "remove"]),
+    "cost_embedding_path": (
+        ["--loss", "emo", "--emo_cost_embedding", "/nonexistent/model"],
+        ["emo_cost_embedding='/nonexistent/model'", "no such folder"],
+    ),
+    "bad_beta": (["--loss", "gem_ls", "--gem_beta", "0"], ["gem_beta=0.0 is invalid"]),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_trl_sft_refuses_settings_that_would_train_something_else(wheel_venv, tiny, tmp_path, case):
+    flags, expected = REFUSED[case]
+    out = _run([wheel_venv.trl, "sft", *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    line = _one_line_error(out)
+    assert all(part in line for part in expected), line
+    assert "Loading" not in out.stderr and not (tmp_path / "out").exists()  # before the model or any output
+
+
+def test_trl_sft_yaml_loss_with_another_loss_type_is_refused(wheel_venv, tiny, tmp_path):
+    (tmp_path / "c.yaml").write_text("loss: gem_ls\nloss_type: dft\n")
+    out = _run([wheel_venv.trl, "sft", "--config", "c.yaml", *_train_args(tiny, tmp_path / "out")], tmp_path)
+    assert "loss_type='dft'" in _one_line_error(out)
+
+
+@pytest.mark.parametrize("command", ["trl", "distmatch-trl"])
+def test_cost_embedding_with_another_vocabulary_is_refused_while_parsing(wheel_venv, tiny, tmp_path, command):
+    """Found from the two config.json files right after parsing, before anything is launched or loaded."""
+    other = build_tiny_llama(tmp_path / "other", vocab_size=280)
+    program = wheel_venv.trl if command == "trl" else wheel_venv.distmatch_trl
+    flags = ["sft", "--loss", "emo", "--emo_cost_embedding", str(other)]
+    out = _run([program, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    line = _one_line_error(out)
+    prefix = "error: " if command == "trl" else "distmatch-trl: error: "
+    assert line.startswith(prefix + f"emo_cost_embedding={str(other)!r}") and "vocabulary of 280" in line, (
+        line
+    )
+    assert not (tmp_path / "out").exists()

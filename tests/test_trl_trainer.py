@@ -31,7 +31,7 @@ from trl_ext.trainer import DistMatchSFTTrainer  # noqa: E402
 
 pytestmark = [pytest.mark.trl_trainer, pytest.mark.slow]
 
-OUR_LOSSES = ("ce", "emo", "gem_linear", "gem_ls", "ce_entropy", "tailr", "mixce")
+OUR_LOSSES = ("ce", "emo", "gem_linear", "gem_ls", "ce_entropy", "tailr", "mixce", "dft", "eaft")
 TRL_VERSION = trl.__version__
 
 # ---------------------------------------------------------------------------------------------------------
@@ -209,6 +209,37 @@ def test_ce_matches_trl_nll(models, data, tmp_path, setting):
     ours_eval, trl_eval = ours.evaluate(), theirs.evaluate()
     assert rel_close(ours_eval["eval_loss"], trl_eval["eval_loss"], 1e-5), (ours_eval, trl_eval)
     assert rel_close(ours_eval["eval_ce"], trl_eval["eval_loss"], 1e-5)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"gradient_accumulation_steps": 1}, {"packing": True, "packing_strategy": "bfd"}],
+    ids=["ga1", "packing_bfd"],
+)
+def test_dft_matches_trl_dft(models, data, tmp_path, setting):
+    """`loss="dft"` (ours, fused and chunked) trains exactly like TRL's own `loss_type="dft"`."""
+    common = {"max_steps": 3, "with_eval": True, **setting}
+    theirs = make_trainer(
+        models["plain"],
+        data,
+        tmp_path / "trl",
+        trainer_cls=SFTTrainer,
+        config_cls=SFTConfig,
+        loss_type="dft",
+        **common,
+    )
+    theirs.train()
+    ours = make_trainer(models["plain"], data, tmp_path / "ours", loss="dft", **common)
+    assert ours.distmatch_request is not None and ours.distmatch_request.name == "dft"
+    assert ours.args.loss_type == "nll"  # TRL computes nothing of its own
+    ours.train()
+    a, b = step_logs(ours), step_logs(theirs)
+    assert_logs_match(a, b, first_rtol=1e-5, later_rtol=1e-4)
+    for step_a, step_b in zip(a, b):
+        assert step_a["num_tokens"] == step_b["num_tokens"]
+        assert rel_close(step_a["entropy"], step_b["entropy"], 1e-4)
+    ours_eval, trl_eval = ours.evaluate(), theirs.evaluate()
+    assert rel_close(ours_eval["eval_loss"], trl_eval["eval_loss"], 1e-5), (ours_eval, trl_eval)
 
 
 def test_bf16_autocast_trains_and_stays_close_to_trl(models, data, tmp_path):
@@ -745,16 +776,38 @@ def test_emo_frozen_with_tied_embeddings(models, data, tmp_path):
 # Options and bad input
 
 
+def test_trl_config_fields_are_built_from_the_specs():
+    import dataclasses
+
+    from trl_ext.options import LOSS_OPTIONS
+
+    fields = {f.name: f for f in dataclasses.fields(DistMatchSFTConfig)}
+    for option in LOSS_OPTIONS:
+        f = fields[option.name]
+        assert f.metadata["help"].startswith(option.help)
+        assert f.default == option.default or f.default is None
+        if option.choices is not None:
+            assert tuple(f.metadata["choices"]) == option.choices
+
+
 def test_loss_choices_are_trl_types_plus_ours():
     assert all(isinstance(c, str) for c in LOSS_CHOICES), LOSS_CHOICES
     assert {"nll", "dft"} <= set(LOSS_CHOICES), (TRL_VERSION, LOSS_CHOICES)
     assert set(OUR_LOSSES) <= set(LOSS_CHOICES)
 
 
-@pytest.mark.parametrize("trl_loss", ["nll", "dft"])
+@pytest.mark.parametrize("trl_loss", ["nll"])
 def test_trl_loss_names_are_forwarded_to_loss_type(tmp_path, trl_loss):
     config = make_config(tmp_path, loss=trl_loss)
     assert config.loss_type == trl_loss and config.distmatch_loss is None
+
+
+def test_loss_dft_is_ours_and_loss_type_dft_stays_trls(tmp_path):
+    """A name both define: `loss` selects ours (fused / chunked), `loss_type` keeps selecting TRL's."""
+    ours = make_config(tmp_path, loss="dft")
+    assert ours.distmatch_loss == "dft" and ours.loss_type == "nll"
+    theirs = make_config(tmp_path, loss_type="dft")
+    assert theirs.distmatch_loss is None and theirs.loss_type == "dft"
 
 
 def test_unknown_loss_lists_the_choices(tmp_path):
@@ -772,6 +825,8 @@ def test_unknown_loss_lists_the_choices(tmp_path):
         ({"loss": "tailr", "tailr_gamma": 2.0}, "tailr_gamma"),
         ({"loss": "mixce", "mixce_gamma": -0.5}, "mixce_gamma"),
         ({"loss": "emo", "emo_cost_embedding": ""}, "emo_cost_embedding"),
+        ({"loss": "eaft", "eaft_alpha": -1.0}, "eaft_alpha"),
+        ({"loss": "eaft", "eaft_k": 0}, "eaft_k"),
     ],
 )
 def test_bad_option_values_are_rejected_by_the_config(tmp_path, overrides, option):
@@ -796,11 +851,11 @@ def test_parser_and_yaml_config_accept_our_options(tmp_path):
     )
     assert config.loss == "gem_ls" and config.gem_beta == 0.5 and config.distmatch_loss == "gem_ls"
     yaml_file = tmp_path / "config.yaml"
-    yaml_file.write_text(
-        f"output_dir: {tmp_path}\nloss: emo\nemo_weighting: emo2\ngem_beta: 0.7\nuse_cpu: true\n"
-    )
+    yaml_file.write_text(f"output_dir: {tmp_path}\nloss: emo\nemo_weighting: emo2\nuse_cpu: true\n")
     (config,) = parser.parse_args_and_config(["--config", str(yaml_file)])
-    assert config.loss == "emo" and config.emo_weighting == "emo2" and config.gem_beta == 0.7
+    assert config.loss == "emo" and config.emo_weighting == "emo2" and config.gem_beta is None
+    assert config.loss_options()["gem_beta"] == 0.7  # unset: the default
+    parser = trl.TrlParser((DistMatchSFTConfig,))  # `--config` set the YAML values as this parser's defaults
     (config,) = parser.parse_args_and_config(
         ["--output_dir", str(tmp_path), "--loss", "nll", "--use_cpu", "true"]
     )

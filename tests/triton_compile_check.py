@@ -28,7 +28,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from trl_ext.losses import triton_rows  # noqa: E402
-from trl_ext.losses.kernels import TRITON_LOSSES  # noqa: E402
+from trl_ext.losses.registry import TRITON_LOSSES  # noqa: E402
 
 SIGNATURE = {
     "z_ptr": "*fp32",

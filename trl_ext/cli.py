@@ -53,6 +53,23 @@ def sft_worker(argv: Sequence[str] | None = None) -> None:
     train_sft(*args)
 
 
+def check_parsed(parsed: Sequence[Any]) -> None:
+    """Checks that need two of TRL's parsed dataclasses: a cost-embedding model (EMO) must have the vocabulary of
+    the model being trained (both read from `config.json`, no weights)."""
+    training = next((p for p in parsed if hasattr(p, "distmatch_loss")), None)
+    model = next((p for p in parsed if hasattr(p, "model_name_or_path")), None)
+    if training is None or model is None or training.distmatch_loss is None:
+        return
+    from .options import cost_embedding_option
+
+    source = cost_embedding_option(training.distmatch_loss)
+    if source is None:
+        return
+    from .emo_cost import check_cost_embedding_source, model_vocab_size
+
+    check_cost_embedding_source(training.loss_options()[source], model_vocab_size(model.model_name_or_path))
+
+
 def _remove_in_order(items: Sequence[str], removed: Sequence[str]) -> list[str]:
     """`items` without `removed`, an ordered subsequence of it (each element matched once, left to right)."""
     kept, position = [], 0
@@ -72,9 +89,19 @@ def launch_sft(argv: Sequence[str], prog: str = "distmatch-trl sft") -> int:
     argv = list(argv)
     parser = make_sft_parser(prog=prog)
     # Exits on -h / --help and on invalid values (e.g. `--loss bogus` lists the valid losses).
-    *_, config_unknown, cli_unknown = parser.parse_args_and_config(
+    _, training_args, model_args, *_, config_unknown, cli_unknown = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
+    from .options import cost_embedding_option
+
+    loss = getattr(training_args, "distmatch_loss", None)
+    source = None if loss is None else cost_embedding_option(loss)
+    if source is not None:  # a cost-embedding model with another vocabulary: refused now
+        from .emo_cost import check_cost_embedding_source, model_vocab_size
+
+        check_cost_embedding_source(
+            training_args.loss_options()[source], model_vocab_size(model_args.model_name_or_path)
+        )
     launch_args = resolve_accelerate_config_argument(config_unknown + cli_unknown)
     script_args = _remove_in_order(argv, cli_unknown)
     launch_command(launch_command_parser().parse_args([*launch_args, str(SFT_SCRIPT), *script_args]))
@@ -104,7 +131,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return launch_sft(argv[argv.index(args.command) + 1 :])
+    from distmatch_import_hook import DistMatchConfigError
+
+    try:
+        return launch_sft(argv[argv.index(args.command) + 1 :])
+    except DistMatchConfigError as err:  # a refused setting: one line naming it, no traceback
+        print(f"distmatch-trl: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

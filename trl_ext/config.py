@@ -1,13 +1,34 @@
-"""`DistMatchSFTConfig`: TRL's `SFTConfig` plus the loss options (`--loss emo`, `gem_beta: 0.7`, ...)."""
+"""`DistMatchSFTConfig`: TRL's `SFTConfig` plus the loss options (`--loss emo`, `gem_beta: 0.7`, ...).
+
+The option fields are built from the loss specs (`trl_ext.options.LOSS_OPTIONS`): name, type, help and choices
+come from the loss that defines the option, so `--help`, YAML configs and validation follow it. A field left unset
+(None) takes the option's default; one set without a loss that uses it is refused (`trl_ext.checks`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl import SFTConfig
 
-from .options import DISTMATCH_LOSSES, EMO_COST_EMBEDDINGS, LOSS_OPTIONS, OPTION_DEFAULTS, loss_params
+from .checks import (
+    DistMatchConfigError,
+    check_loss_type,
+    check_option_usage,
+    framework_conflicts,
+    raise_conflicts,
+)
+from .emo_cost import check_cost_embedding_source
+from .options import (
+    DISTMATCH_LOSSES,
+    EMO_COST_EMBEDDINGS,
+    LOSS_OPTIONS,
+    OPTION_DEFAULTS,
+    cost_embedding_option,
+    loss_params,
+)
 
 # TRL 1.7 - 1.14 declare `loss_type: str | None = None` without `choices` (the values are only in the help text).
 _TRL_LOSS_TYPES_WITHOUT_CHOICES = ("nll", "dft", "chunked_nll")
@@ -20,72 +41,95 @@ def trl_loss_types() -> tuple[str, ...]:
     return tuple(c for c in choices if isinstance(c, str))
 
 
-LOSS_CHOICES: tuple[str, ...] = trl_loss_types() + tuple(
-    n for n in DISTMATCH_LOSSES if n not in trl_loss_types()
+#: Every value of `loss`: ours first (a name both use, `dft`, is ours), then TRL's other loss types.
+LOSS_CHOICES: tuple[str, ...] = DISTMATCH_LOSSES + tuple(
+    n for n in trl_loss_types() if n not in DISTMATCH_LOSSES
 )
-_HELP = {o.name: o.help for o in LOSS_OPTIONS}
+
+
+def _default_loss_type() -> str | None:
+    return {f.name: f for f in dataclasses.fields(SFTConfig)}["loss_type"].default
 
 
 @dataclass
-class DistMatchSFTConfig(SFTConfig):
+class _DistMatchSFTConfig(SFTConfig):
     """`SFTConfig` with the distmatch loss options; every other TRL option keeps its meaning.
 
-    `loss` selects the objective: TRL's own (`nll`, `dft`, ...: the same as setting `loss_type`) or a distmatch loss
-    (`emo`, `gem_linear`, `gem_ls`, `ce`, `ce_entropy`, `tailr`, `mixce`). Unset (None) leaves TRL's `loss_type` in
-    charge.
+    `loss` selects the objective: a distmatch loss (`emo`, `gem_linear`, `gem_ls`, `ce`, `ce_entropy`, `tailr`,
+    `mixce`, ...) or TRL's own (`nll`, ...: the same as setting `loss_type`). Unset (None) leaves TRL's `loss_type`
+    in charge. The loss options follow (one field per option of `trl_ext.options.LOSS_OPTIONS`).
     """
 
     loss: str | None = field(
         default=None,
         metadata={
-            "help": "Training objective: TRL's own loss types or a distmatch loss (EMO, GEM, baselines). "
+            "help": "Training objective: a distmatch loss (EMO, GEM, baselines) or TRL's own loss types. "
             "Unset: TRL's `loss_type` decides.",
             "choices": list(LOSS_CHOICES),
         },
     )
-    gem_beta: float = field(default=OPTION_DEFAULTS["gem_beta"], metadata={"help": _HELP["gem_beta"]})
-    emo_cost_embedding: str = field(
-        default=OPTION_DEFAULTS["emo_cost_embedding"], metadata={"help": _HELP["emo_cost_embedding"]}
-    )
-    emo_weighting: str = field(
-        default=OPTION_DEFAULTS["emo_weighting"],
-        metadata={"help": _HELP["emo_weighting"], "choices": ["emo1", "emo2"]},
-    )
-    ce_entropy_coef: float = field(
-        default=OPTION_DEFAULTS["ce_entropy_coef"], metadata={"help": _HELP["ce_entropy_coef"]}
-    )
-    tailr_gamma: float = field(
-        default=OPTION_DEFAULTS["tailr_gamma"], metadata={"help": _HELP["tailr_gamma"]}
-    )
-    mixce_gamma: float = field(
-        default=OPTION_DEFAULTS["mixce_gamma"], metadata={"help": _HELP["mixce_gamma"]}
-    )
 
     def __post_init__(self) -> None:
+        # Our checks first: they are about the user's distmatch settings and must not be masked by TRL's own.
+        check_option_usage(self.loss, self.set_loss_options(), LOSS_OPTIONS, DISTMATCH_LOSSES)
+        if (
+            self.loss is not None and self.loss not in LOSS_CHOICES
+        ):  # YAML / Python bypass argparse's `choices`
+            raise DistMatchConfigError(
+                f"loss={self.loss!r} is not a known loss. Valid values: {', '.join(LOSS_CHOICES)}."
+            )
+        check_loss_type(self.loss, self.loss_type, _default_loss_type())
+        if self.loss in DISTMATCH_LOSSES:
+            raise_conflicts(self.loss, framework_conflicts(vars(self)))
+            # Validate the hyper-parameters (and a cost-embedding model's config) now, not at the first step.
+            try:
+                loss_params(self.loss, self.loss_options())
+                source = cost_embedding_option(self.loss)
+                if source is not None:
+                    check_cost_embedding_source(self.loss_options()[source])
+            except DistMatchConfigError:
+                raise
+            except ValueError as err:
+                raise DistMatchConfigError(str(err)) from None
         super().__post_init__()
         if self.loss is None:
             return
-        if self.loss not in LOSS_CHOICES:  # YAML / Python values bypass argparse's `choices`
-            raise ValueError(
-                f"loss={self.loss!r} is not a known loss. Valid values: {', '.join(LOSS_CHOICES)}."
-            )
-        if self.loss in trl_loss_types():
+        if self.loss not in DISTMATCH_LOSSES:
             self.loss_type = self.loss
             return
         # TRL computes no loss of its own: plain "nll" keeps TRL < 1.15 from patching its chunked-NLL head (which
         # also rejects PEFT on lm_head).
         self.loss_type = "nll"
-        loss_params(
-            self.loss, self.loss_options()
-        )  # validate the hyper-parameters now, not at the first step
+
+    def set_loss_options(self) -> dict[str, object]:
+        """The loss options the user set (not None)."""
+        return {o.name: getattr(self, o.name) for o in LOSS_OPTIONS if getattr(self, o.name) is not None}
 
     def loss_options(self) -> dict[str, object]:
-        return {o.name: getattr(self, o.name) for o in LOSS_OPTIONS}
+        """Every loss option, defaults filled in."""
+        return {**OPTION_DEFAULTS, **self.set_loss_options()}
 
     @property
     def distmatch_loss(self) -> str | None:
         """The distmatch loss to train with, or None when TRL computes its own loss."""
         return self.loss if self.loss in DISTMATCH_LOSSES else None
 
+
+def _option_field(option: Any) -> tuple[str, Any, Any]:
+    # Unset (None) means the default named in the help; a value set without a loss that uses it is refused.
+    metadata: dict[str, Any] = {
+        "help": f"{option.help} Default: {option.default!r} (only with a `loss` that uses it)."
+    }
+    if option.choices is not None:
+        metadata["choices"] = list(option.choices)
+    return option.name, option.type | None, field(default=None, metadata=metadata)
+
+
+DistMatchSFTConfig = dataclasses.make_dataclass(
+    "DistMatchSFTConfig",
+    [_option_field(o) for o in LOSS_OPTIONS],
+    bases=(_DistMatchSFTConfig,),
+    namespace={"__module__": __name__, "__doc__": _DistMatchSFTConfig.__doc__},
+)
 
 __all__ = ["DistMatchSFTConfig", "EMO_COST_EMBEDDINGS", "LOSS_CHOICES", "trl_loss_types"]

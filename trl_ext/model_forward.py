@@ -36,7 +36,8 @@ class LossRequest:
 
     name: str
     params: dict[str, Any]
-    cost_embedding: Tensor | None = None  # EMO: fixed tensor, or None with `live_cost` for the current head
+    # The fixed cost embedding of a loss that needs one (EMO), or None with `live_cost`: the current head, detached.
+    cost_embedding: Tensor | None = None
     live_cost: bool = False
     force_logits_path: bool = False
     chunk_size: int | None = None
@@ -50,6 +51,7 @@ class DistMatchOutput(ModelOutput):
     label_mask: Tensor | None = None
     stats: TokenStats | None = None
     path: str | None = None
+    nonfinite_source: str | None = None  # set when a per-token loss is not finite: where it came from
 
 
 def _is_deepspeed_zero3(param: Tensor) -> bool:
@@ -98,12 +100,10 @@ def compute_request(
     targets = targets.to(hidden.device)
     flat_targets = targets.reshape(-1)
     params = dict(request.params)
-    if request.name == "emo":
-        if request.live_cost:
-            params["cost_embedding"] = _head_weight(head).detach()
-        else:
-            assert request.cost_embedding is not None
-            params["cost_embedding"] = request.cost_embedding
+    if request.live_cost:
+        params["cost_embedding"] = _head_weight(head).detach()
+    elif request.cost_embedding is not None:
+        params["cost_embedding"] = request.cost_embedding
     if path == "fused":
         weight = _head_weight(head)
         flat_hidden = hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype)
@@ -137,9 +137,38 @@ def compute_request(
         )
     shape = targets.shape
     stats = TokenStats(**{k: None if v is None else v.view(shape) for k, v in vars(stats).items()})
+    source = None
+    if not bool(torch.isfinite(loss.detach()).all()):  # one check per step; the diagnosis only when it fails
+        source = nonfinite_source(
+            (flat_hidden if path == "fused" else hidden).detach(),
+            None if path != "fused" else weight.detach(),
+            None if path == "fused" else logits.detach(),
+            params.get("cost_embedding"),
+        )
     return DistMatchOutput(
-        per_token_loss=loss.view(shape), label_mask=targets != IGNORE_INDEX, stats=stats, path=path
+        per_token_loss=loss.view(shape),
+        label_mask=targets != IGNORE_INDEX,
+        stats=stats,
+        path=path,
+        nonfinite_source=source,
     )
+
+
+def nonfinite_source(
+    hidden: Tensor, weight: Tensor | None, logits: Tensor | None, cost_embedding: Tensor | None
+) -> str:
+    """Where a non-finite per-token loss came from, checking the inputs in the order they are used."""
+    if not bool(torch.isfinite(hidden).all()):
+        return "the model's hidden states (the backbone's output, before the LM head)"
+    if weight is not None and not bool(torch.isfinite(weight).all()):
+        return "the LM head weight"
+    if weight is not None:  # the fused path never holds the logits: recompute them in the head's dtype
+        logits = hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype) @ weight.T
+    if logits is not None and not bool(torch.isfinite(logits).all()):
+        return f"the logits (hidden states x LM head overflow {logits.dtype})"
+    if cost_embedding is not None and not bool(torch.isfinite(cost_embedding).all()):
+        return "the EMO cost embedding (emo_cost_embedding)"
+    return "the loss computation itself (its inputs and logits are finite)"
 
 
 def install_loss_forward(model: nn.Module) -> None:
@@ -201,23 +230,28 @@ def resolve_cost_embedding(model: nn.Module, option: str) -> tuple[Tensor | None
             )
         return None, True
     if option == "frozen":
-        return frozen_head_copy(model), False
-    from transformers import AutoModelForCausalLM  # another model's output embedding, by path or hub id
+        embedding = frozen_head_copy(model)
+        _check_finite(embedding, option)
+        return embedding, False
+    # Another model's output embedding: only that tensor is read (stored dtype), checked against our vocabulary.
+    from .emo_cost import read_output_embedding
 
-    try:
-        other = AutoModelForCausalLM.from_pretrained(option, dtype=torch.float32, low_cpu_mem_usage=True)
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"emo_cost_embedding={option!r} is neither 'frozen', 'live' nor a loadable model path / hub id: {err}"
-        ) from err
-    embedding = other.get_output_embeddings().weight.detach().clone()
-    vocab = model.get_output_embeddings().weight.shape[0]
-    if _is_deepspeed_zero3(model.get_output_embeddings().weight):
-        vocab = model.get_output_embeddings().weight.ds_shape[0]
-    if embedding.shape[0] != vocab:
-        raise ValueError(
-            f"emo_cost_embedding={option!r} has {embedding.shape[0]} output rows but the model has {vocab}; EMO's "
-            "cost embedding must come from a model with the same vocabulary (tokenizer)."
+    weight = model.get_output_embeddings().weight
+    vocab = weight.ds_shape[0] if _is_deepspeed_zero3(weight) else weight.shape[0]
+    device = weight.device if weight.device.type != "meta" else None
+    embedding = read_output_embedding(option, vocab)
+    _check_finite(embedding, option)
+    return embedding.to(device), False
+
+
+def _check_finite(embedding: Tensor, option: str) -> None:
+    """A cost embedding with NaN / inf rows would make every EMO loss non-finite: refused before training."""
+    bad = (~torch.isfinite(embedding)).any(dim=-1)
+    if bool(bad.any()):
+        from .checks import DistMatchConfigError
+
+        rows = bad.nonzero().flatten()[:5].tolist()
+        raise DistMatchConfigError(
+            f"emo_cost_embedding={option!r}: the output embedding has non-finite values in {int(bad.sum())} row(s) "
+            f"(first: {rows}); EMO's transport costs would be NaN. Use another checkpoint or emo_cost_embedding='live'."
         )
-    del other
-    return embedding, False

@@ -1,7 +1,10 @@
-"""The user-facing loss options, shared by the TRL config and the Axolotl plugin (one name everywhere).
+"""The user-facing loss options, shared by the TRL config, the Axolotl plugin and the `trl sft` hook.
 
-`LOSS_OPTIONS` lists each option with its default and help; `loss_params` maps a loss name and the options to
-the keyword parameters of `trl_ext.losses.token_loss` / `fused_token_loss` (and validates them there).
+Nothing is declared here: every option is defined by the loss that uses it (`trl_ext.losses.objectives`, see
+`LossSpec.options`) and collected by the registry. `LOSS_OPTIONS` lists them with their default, help and the
+losses they apply to; `loss_params` maps a loss name and the options to the keyword parameters of
+`trl_ext.losses.token_loss` / `fused_token_loss` (and validates them there). `python -m trl_ext.options` prints
+the documentation tables (README "TRL" / "Axolotl") built from the specs.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from typing import Any
 
 import torch
 
-from .losses import LOSS_NAMES, resolve
+from .losses import LOSS_NAMES, LOSSES, resolve
+from .losses.registry import OPTION_LOSSES, OPTIONS
+from .losses.spec import REQUIRED, Check
 
 #: Our losses (names of `trl_ext.losses`). "ce" is the same objective as TRL's "nll" computed by our fused path.
 DISTMATCH_LOSSES: tuple[str, ...] = LOSS_NAMES
@@ -27,57 +32,30 @@ class LossOption:
     help: str
     losses: tuple[str, ...]  # the losses it applies to
     param: str  # the keyword of the functional API
+    type: type
+    check: Check
+    choices: tuple[Any, ...] | None = None
+    from_model: bool = False  # the value says where the integration takes the parameter from (not the value)
 
 
-LOSS_OPTIONS: tuple[LossOption, ...] = (
+LOSS_OPTIONS: tuple[LossOption, ...] = tuple(
     LossOption(
-        "gem_beta",
-        0.7,
-        "GEM temperature beta (> 0) of the detached target distribution softmax(z / beta); 1.0 gives the CE "
-        "gradient, smaller keeps more diversity (the GEM paper uses 0.7).",
-        ("gem_linear", "gem_ls"),
-        "beta",
-    ),
-    LossOption(
-        "emo_cost_embedding",
-        "frozen",
-        "EMO transport-cost embedding: 'frozen' (a copy of the model's output embedding taken before training, the "
-        "paper's choice), 'live' (the current LM head, detached, every step) or a path / hub id of another model "
-        "with the same vocabulary whose output embedding is used.",
-        ("emo",),
-        "cost_embedding",
-    ),
-    LossOption(
-        "emo_weighting",
-        "emo1",
-        "EMO's dynamic weighting: 'emo1' = 0.5 * (CE + sg(CE / DEMD) * DEMD) (logged value equals CE; the official "
-        "instruction-tuning code) or 'emo2' = sg(DEMD / CE) * CE + DEMD (the official continual fine-tuning code).",
-        ("emo",),
-        "weighting",
-    ),
-    LossOption(
-        "ce_entropy_coef",
-        0.1,
-        "Entropy bonus of the 'ce_entropy' baseline: CE - coef * entropy (the GEM paper's best value is 0.1).",
-        ("ce_entropy",),
-        "entropy_coef",
-    ),
-    LossOption(
-        "tailr_gamma",
-        0.5,
-        "TaiLr coefficient in [0, 1]: CE weighted by sg(p) / (gamma + (1 - gamma) sg(p)); 0 is CE.",
-        ("tailr",),
-        "gamma",
-    ),
-    LossOption(
-        "mixce_gamma",
-        0.5,
-        "MixCE coefficient in [0, 1]: CE weighted by gamma + (1 - gamma) sg(p); 1 is CE.",
-        ("mixce",),
-        "gamma",
-    ),
+        o.name, o.default, o.help, OPTION_LOSSES[o.name], o.param, o.type, o.check, o.choices, o.from_model
+    )
+    for o in OPTIONS.values()
 )
 OPTION_DEFAULTS: dict[str, Any] = {o.name: o.default for o in LOSS_OPTIONS}
+
+
+def options_of(loss: str) -> tuple[LossOption, ...]:
+    """The options that apply to `loss`."""
+    return tuple(o for o in LOSS_OPTIONS if loss in o.losses)
+
+
+def _check_option(option: LossOption, value: Any) -> None:
+    problem = option.check(value)
+    if problem is not None:
+        raise ValueError(f"{option.name}={value!r} is invalid; expected {problem}.")
 
 
 def loss_params(
@@ -85,16 +63,25 @@ def loss_params(
 ) -> dict[str, Any]:
     """Functional-API parameters of `loss` from the user options (defaults where missing), validated.
 
-    For EMO the caller resolves `emo_cost_embedding` to a tensor and passes it as `cost_embedding`; without it the
-    other parameters are still validated (configuration time, before a model exists) and none is returned.
+    Options that name where a tensor comes from (`from_model`, e.g. `emo_cost_embedding`) are checked here; the
+    caller resolves them and passes the tensor as `cost_embedding`. Without it the other parameters are still
+    validated (configuration time, before a model exists) and none is returned.
     """
     if loss not in DISTMATCH_LOSSES:
         raise ValueError(f"Unknown loss {loss!r}. Valid losses: {', '.join(DISTMATCH_LOSSES)}.")
-    relevant = [o for o in LOSS_OPTIONS if loss in o.losses]
-    params = {o.param: options.get(o.name, o.default) for o in relevant}
-    if loss == "emo":
-        check_emo_cost_embedding(params["cost_embedding"])
-        params["cost_embedding"] = torch.empty(0, 0) if cost_embedding is None else cost_embedding
+    relevant = options_of(loss)
+    params: dict[str, Any] = {}
+    placeholders = []
+    for option in relevant:
+        value = options.get(option.name, option.default)
+        if option.from_model:
+            _check_option(option, value)
+            given = cost_embedding if option.param == "cost_embedding" else None
+            params[option.param] = torch.empty(0, 0) if given is None else given
+            if given is None:
+                placeholders.append(option.param)
+        else:
+            params[option.param] = value
     try:
         resolved = resolve(loss, params)[1]
     except ValueError as err:  # name the user-facing option rather than the functional parameter
@@ -102,14 +89,60 @@ def loss_params(
         for option in relevant:
             message = message.replace(f" {option.param}=", f" {option.name}=")
         raise ValueError(message) from None
-    if loss == "emo" and cost_embedding is None:
-        del resolved["cost_embedding"]
+    for param in placeholders:
+        del resolved[param]
     return resolved
 
 
 def check_emo_cost_embedding(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(
-            f"emo_cost_embedding={value!r} is invalid; expected 'frozen', 'live' or a model path / hub id."
-        )
+    _check_option(next(o for o in LOSS_OPTIONS if o.name == "emo_cost_embedding"), value)
     return value
+
+
+def cost_embedding_option(loss: str) -> str | None:
+    """The option naming where `loss` takes its cost embedding from, or None when it needs none."""
+    if not LOSSES[loss].needs_cost_embedding:
+        return None
+    return next(o.name for o in options_of(loss) if o.from_model and o.param == "cost_embedding")
+
+
+def _value(value: Any) -> str:
+    return f"`{value}`" if isinstance(value, str) else repr(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "/")
+
+
+def options_table() -> str:
+    """The README's option table (TRL flags / YAML keys, Axolotl keys), from the loss specs."""
+    lines = ["| option | default | used by | meaning |", "|---|---|---|---|"]
+    for o in LOSS_OPTIONS:
+        used_by = ", ".join(f"`{name}`" for name in o.losses)
+        lines.append(f"| `{o.name}` | {_value(o.default)} | {used_by} | {_cell(o.help)} |")
+    return "\n".join(lines)
+
+
+def _param(param: Any) -> str:
+    default = "required" if param.default is REQUIRED else _value(param.default)
+    return f"`{param.name}` ({default}): {_cell(param.doc)}"
+
+
+def losses_table() -> str:
+    """The README's loss table (formula, functional-API parameters, options, Triton kernel), from the loss specs."""
+    lines = [
+        "| name | per valid token (z logits, y target, p = softmax(z), l = -log p_y, sg = stop-gradient) "
+        "| parameters (default) | options | Triton |",
+        "|---|---|---|---|---|",
+    ]
+    for name, spec in LOSSES.items():
+        params = "; ".join(_param(p) for p in spec.params) or "—"
+        opts = ", ".join(f"`{o.name}`" for o in options_of(name)) or "—"
+        lines.append(
+            f"| `{name}` | {_cell(spec.summary)} | {params} | {opts} | {'yes' if spec.triton else '—'} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(losses_table(), options_table(), sep="\n\n")

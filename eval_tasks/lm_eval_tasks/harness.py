@@ -1,7 +1,8 @@
 """lm-eval task classes and dataset loaders of the distmatch tasks (the YAMLs in this folder point here).
 
 Task options come from the task metadata, i.e. lm-eval's ``--metadata '{...}'`` JSON (which also receives the
-``--model_args``); some also from environment variables. Unset options take the protocol's values.
+``--model_args``); some also from environment variables. Unset options take the protocol's values. The valid keys
+and their ranges are the table ``options.TASK_OPTIONS``: unknown keys and out-of-range values are refused there.
 
 | option | env | default | tasks |
 |---|---|---|---|
@@ -31,6 +32,7 @@ from lm_eval.api.task import ConfigurableTask  # noqa: E402
 
 from eval_tasks import data  # noqa: E402
 from eval_tasks.creative import creative_documents, diversity_scores  # noqa: E402
+from eval_tasks.lm_eval_tasks.options import check_task_options  # noqa: E402
 from eval_tasks.retrieval import RETRIEVER_ENV  # noqa: E402
 
 __all__ = [
@@ -213,6 +215,7 @@ class DistMatchTask(ConfigurableTask):
         config = dict(config or {})
         config.pop("class", None)
         self.options: dict[str, Any] = dict(config.get("metadata") or {})
+        check_task_options(self.options)  # again here for Python-API users (the hook checks before the model)
         self.prepare_config(config)
         super().__init__(config=config)
 

@@ -7,17 +7,22 @@ Public API (see DESIGN.md)::
 
 Per-token losses, 0 where ``labels == -100``; labels are already aligned with the rows; the caller reduces
 (``loss.sum() / num_items_in_batch``). ``reference_token_loss`` is the readable full-logits ground truth.
+
+Each loss is defined once, by its `LossSpec` in ``objectives/`` (math, parameters, user options, statistics);
+``registry.LOSSES`` lists them.
 """
 
-from .chunked import TokenStats, auto_chunk_size, fused_token_loss, token_loss
+from .chunked import auto_chunk_size, fused_token_loss, token_loss
 from .reference import reference_token_loss
-from .registry import EMO_WEIGHTINGS, IGNORE_INDEX, LOSS_NAMES, LOSSES, LossSpec, resolve
+from .registry import EMO_WEIGHTINGS, IGNORE_INDEX, LOSS_NAMES, LOSSES, OPTIONS, LossSpec, resolve
+from .spec import TokenStats
 
 __all__ = [
     "EMO_WEIGHTINGS",
     "IGNORE_INDEX",
     "LOSSES",
     "LOSS_NAMES",
+    "OPTIONS",
     "LossSpec",
     "TokenStats",
     "auto_chunk_size",

@@ -1,6 +1,6 @@
 """Memory-efficient paths: chunked from logits, and fused from (hidden, lm_head weight).
 
-Both run the closed-form row math (`rows.chunk_math`, or its Triton kernel on CUDA, see `kernels.py`) on chunks
+Both run the closed-form row math (`rows.chunk_math`, or its Triton kernel on CUDA, see `row_backends.py`) on chunks
 of *valid* rows (ignored rows cost nothing) in float32, so no more than one chunk of vocabulary-sized temporaries
 exists at a time. On CUDA with 16-bit inputs the fused path's matmuls take 16-bit operands with float32 results
 (accumulators, statistics and gradients stay float32).
@@ -25,8 +25,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .kernels import RowMath, select_row_math
-from .registry import (
+from .registry import resolve
+from .row_backends import RowMath, select_row_math
+from .rows import chunk_math
+from .spec import BASE_STATS, TokenStats
+from .validation import (
     IGNORE_INDEX,
     check_chunk_size,
     check_floating,
@@ -34,24 +37,12 @@ from .registry import (
     checked_cost_embedding,
     compute_dtype,
     cost_inverse_norms,
-    resolve,
 )
-from .rows import chunk_math
 
 CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
 DEFAULT_CHUNK_MEMORY_MB = 128
 # On GPUs a chunk needs >= ~1k rows for the logits matmul to be compute-bound at V = 128k (performance.md 4.1).
 DEFAULT_CUDA_CHUNK_MEMORY_MB = 512
-
-
-@dataclass
-class TokenStats:
-    """Detached per-token statistics (0 at ignored rows) for logging next to the objective."""
-
-    ce: Tensor
-    entropy: Tensor
-    top1_correct: Tensor
-    demd: Tensor | None = None
 
 
 def auto_chunk_size(
@@ -77,6 +68,7 @@ class _Plan:
 
     name: str
     params: dict[str, Any]
+    stat_keys: tuple[str, ...]  # the statistics the loss reports
     cdtype: torch.dtype
     chunk_size: int
     want_stats: bool
@@ -116,8 +108,7 @@ class _Plan:
 
     def init_stats(self, rows: int, device: torch.device) -> None:
         if self.want_stats:
-            keys = ("ce", "entropy", "top1_correct") + (("demd",) if self.name == "emo" else ())
-            self.stats = {k: torch.zeros(rows, dtype=self.cdtype, device=device) for k in keys}
+            self.stats = {k: torch.zeros(rows, dtype=self.cdtype, device=device) for k in self.stat_keys}
 
     def store_stats(self, rows: Tensor, result: Any) -> None:
         for key, buf in self.stats.items():
@@ -143,13 +134,15 @@ def _plan(
         cost_inv_norm = cost_inverse_norms(raw, cdtype)
         cost_embedding = raw.to(matmul_dtype or cdtype)  # no copy when it already has that dtype
     if chunk_size is None:
-        # The torch closed forms keep ~3 (EMO 4) [rows, V] float32 buffers per chunk, the Triton kernel 1 (EMO 2).
-        emo, in_place = cost_embedding is not None, row_math is not chunk_math
-        buffers = (2 if emo else 1) if in_place else (4 if emo else 3)
+        # The torch closed forms keep ~3 (EMO 4) [rows, V] float32 buffers per chunk, the Triton kernel 1 (EMO 2):
+        # a cost embedding adds the similarity rows.
+        cost, in_place = cost_embedding is not None, row_math is not chunk_math
+        buffers = (2 if cost else 1) if in_place else (4 if cost else 3)
         chunk_size = auto_chunk_size(vocab_size, cdtype, buffers=buffers, device=inputs.device)
     return _Plan(
         name,
         resolved,
+        BASE_STATS + spec.stats,
         cdtype,
         chunk_size,
         want_stats,

@@ -25,10 +25,14 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .kernels import TRITON_LOSSES
-from .rows import EMO_EPS, ChunkResult
+from .objectives.emo import EMO_EPS
+from .registry import LOSSES, TRITON_LOSSES
+from .spec import ChunkResult
 
-_LOSS_CODE = {name: code for code, name in enumerate(TRITON_LOSSES)}
+#: The kernel's `LOSS` codes. The specs with `triton=True` are exactly these (checked below).
+_LOSS_CODE = {"ce": 0, "gem_linear": 1, "gem_ls": 2, "emo": 3}
+if set(_LOSS_CODE) != set(TRITON_LOSSES):  # pragma: no cover - a spec claims a kernel that does not exist
+    raise ImportError(f"the Triton row kernel implements {sorted(_LOSS_CODE)}, the specs say {TRITON_LOSSES}")
 MAX_BLOCK = 8192  # columns per tile; a row of V = 128256 takes 16 tiles per pass
 EMO_EPS_ = tl.constexpr(EMO_EPS)
 
@@ -198,9 +202,10 @@ def triton_chunk_math(
     z = z if z.stride(1) == 1 else z.contiguous()
     loss = z.new_empty(n)
     stats = {k: z.new_empty(n) for k in ("ce", "entropy", "top1_correct")} if want_stats else {}
-    if want_stats and name == "emo":
-        stats["demd"] = z.new_empty(n)
-    if name == "emo":
+    spec = LOSSES[name]
+    for key in spec.stats if want_stats else ():
+        stats[key] = z.new_empty(n)
+    if spec.needs_cost_embedding:
         assert similarity is not None and similarity.shape == z.shape
         sim = similarity if similarity.stride(1) == 1 else similarity.contiguous()
     else:
@@ -220,7 +225,7 @@ def triton_chunk_math(
             vocab,
             z.stride(0),
             sim.stride(0),
-            1.0 / params["beta"] if name.startswith("gem") else 1.0,
+            1.0 / params["beta"] if "beta" in params else 1.0,
             LOSS=_LOSS_CODE[name],
             EMO1=params.get("weighting", "emo1") == "emo1",
             WANT_GRAD=want_grad,

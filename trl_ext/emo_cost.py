@@ -1,0 +1,196 @@
+"""EMO's cost embedding from another model (`emo_cost_embedding: <path or hub id>`), checked and read cheaply.
+
+* `check_cost_embedding_source(value, vocab_size)`: configuration time, no weights: 'frozen' / 'live' pass; a path
+  must exist and hold a `config.json`; anything else must be a well-formed hub id whose `config.json` can be fetched
+  (or is cached, offline); the vocabulary size read from that `config.json` must equal the training model's.
+* `read_output_embedding(value, vocab_size)`: only the output-embedding tensor, read from the safetensors file that
+  holds it (located through `model.safetensors.index.json` for sharded checkpoints), in the dtype it is stored in.
+  Tied embeddings (no `lm_head.weight`) read the input embedding. Checkpoints without safetensors fall back to
+  loading the model (in its stored dtype) and keeping its output layer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from distmatch_import_hook import DistMatchConfigError
+
+BUILTIN = ("frozen", "live")
+#: `owner/name` or `name`: letters, digits, `-`, `_`, `.` (no `--` / `..`, no leading/trailing `-` / `.`), <= 96.
+_HUB_PART = r"(?!.*(--|\.\.))[A-Za-z0-9_][A-Za-z0-9_.-]{0,94}(?<![.-])"
+HUB_ID = re.compile(rf"^({_HUB_PART}/)?{_HUB_PART}$")
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+_OUTPUT_NAMES = ("lm_head.weight", "embed_out.weight", "output.weight")
+_INPUT_NAMES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "tok_embeddings.weight")
+
+
+def _setting(value: str) -> str:
+    return f"emo_cost_embedding={value!r}"
+
+
+def _looks_like_path(value: str) -> bool:
+    return value.startswith(("/", "./", "../", "~")) or os.sep + os.sep in value or value.count("/") > 1
+
+
+def _fetch(value: str, filename: str) -> str | None:
+    """A file of hub repo `value` (cache first; None when the repo has no such file)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    try:
+        return hf_hub_download(value, filename)
+    except (
+        LocalEntryNotFoundError
+    ):  # offline / not cached (a subclass of EntryNotFoundError in recent releases)
+        if filename == "config.json":
+            raise
+        return None
+    except EntryNotFoundError:  # the repository has no such file
+        return None
+
+
+def _config_file(value: str) -> str:
+    path = Path(value).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise DistMatchConfigError(
+                f"{_setting(value)}: {path} has no config.json; give a model folder (as saved by "
+                "save_pretrained), 'frozen' or 'live'."
+            )
+        return str(path / "config.json")
+    if _looks_like_path(value) or not HUB_ID.match(value):
+        raise DistMatchConfigError(
+            f"{_setting(value)}: no such folder, and not a hub id (owner/name); give an existing model folder, "
+            "a hub id, 'frozen' (the paper's choice) or 'live'."
+        )
+    try:
+        found = _fetch(value, "config.json")
+    except Exception as err:
+        raise DistMatchConfigError(
+            f"{_setting(value)}: could not get config.json of the hub model {value!r} "
+            f"({type(err).__name__}); check the id, your access, or download it first when offline "
+            f"(huggingface-cli download {value})."
+        ) from None
+    if found is None:
+        raise DistMatchConfigError(f"{_setting(value)}: the hub model {value!r} has no config.json.")
+    return found
+
+
+def vocab_size_of(config: dict[str, Any]) -> int | None:
+    """`vocab_size` of a `config.json` (also a multimodal model's `text_config`)."""
+    for section in (config, config.get("text_config") or {}):
+        if isinstance(section.get("vocab_size"), int):
+            return section["vocab_size"]
+    return None
+
+
+def model_vocab_size(model_path: str | os.PathLike[str] | None) -> int | None:
+    """The vocabulary size in a local model folder's `config.json` (None when unknown); reads no weights."""
+    if model_path is None:
+        return None
+    config = Path(model_path).expanduser() / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        return vocab_size_of(json.loads(config.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def check_cost_embedding_source(value: Any, vocab_size: int | None = None) -> dict[str, Any] | None:
+    """Validate `emo_cost_embedding` without loading weights; returns the other model's config (None if builtin)."""
+    if not isinstance(value, str) or not value:
+        raise DistMatchConfigError(
+            f"emo_cost_embedding={value!r} is invalid; expected 'frozen', 'live' or a model path / hub id."
+        )
+    if value in BUILTIN:
+        return None
+    with open(_config_file(value), encoding="utf-8") as stream:
+        config = json.load(stream)
+    theirs = vocab_size_of(config)
+    if vocab_size is not None and theirs is not None and theirs != vocab_size:
+        raise DistMatchConfigError(
+            f"{_setting(value)} has a vocabulary of {theirs} tokens but the model being trained has {vocab_size}; "
+            "EMO's cost embedding must come from a model with the same tokenizer."
+        )
+    return config
+
+
+def _checkpoint_files(value: str) -> tuple[dict[str, str] | None, str | None]:
+    """(tensor name -> file for a sharded checkpoint, or None; the single safetensors file, or None)."""
+    path = Path(value).expanduser()
+    if path.exists():
+        index, single = path / INDEX, path / SINGLE
+        if index.is_file():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            return {name: str(path / shard) for name, shard in weight_map.items()}, None
+        return None, str(single) if single.is_file() else None
+    index_file = _fetch(value, INDEX)
+    if index_file is not None:
+        weight_map = json.loads(Path(index_file).read_text())["weight_map"]
+        return {name: f"hub:{shard}" for name, shard in weight_map.items()}, None
+    return None, _fetch(value, SINGLE)
+
+
+def _pick(names: list[str], tied: bool) -> str | None:
+    for suffixes in (_OUTPUT_NAMES, _INPUT_NAMES if tied else ()):
+        for suffix in suffixes:
+            hits = sorted((n for n in names if n == suffix or n.endswith("." + suffix)), key=len)
+            if hits:
+                return hits[0]
+    return None
+
+
+def read_output_embedding(value: str, vocab_size: int | None = None) -> Any:
+    """The output-embedding tensor of model `value` ([V, d], stored dtype), reading only that tensor."""
+    import torch
+    from safetensors import safe_open
+
+    config = check_cost_embedding_source(value, vocab_size) or {}
+    tied = bool(config.get("tie_word_embeddings", True))
+    weight_map, single = _checkpoint_files(value)
+    if weight_map is not None:
+        name = _pick(list(weight_map), tied)
+        file = weight_map.get(name) if name else None
+        if file is not None and file.startswith("hub:"):
+            file = _fetch(value, file[4:])
+    elif single is not None:
+        with safe_open(single, framework="pt") as reader:
+            name = _pick(list(reader.keys()), tied)
+        file = single
+    else:
+        name = file = None
+    if name is None or file is None:
+        return _load_whole_model_head(value)
+    with safe_open(file, framework="pt") as reader:
+        tensor = reader.get_tensor(name)
+    if tensor.ndim != 2 or (vocab_size is not None and tensor.shape[0] != vocab_size):
+        raise DistMatchConfigError(
+            f"{_setting(value)}: its output embedding `{name}` has shape {tuple(tensor.shape)}; expected "
+            f"[{vocab_size or 'V'}, d] (the training model's vocabulary)."
+        )
+    return tensor.detach().to(torch.device("cpu"))
+
+
+def _load_whole_model_head(value: str) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        other = AutoModelForCausalLM.from_pretrained(value, dtype="auto", low_cpu_mem_usage=True)
+    except (OSError, ValueError) as err:
+        raise DistMatchConfigError(f"{_setting(value)}: could not load the model ({err}).") from None
+    return other.get_output_embeddings().weight.detach().clone()
+
+
+__all__ = [
+    "HUB_ID",
+    "check_cost_embedding_source",
+    "model_vocab_size",
+    "read_output_embedding",
+    "vocab_size_of",
+]

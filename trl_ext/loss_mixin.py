@@ -1,0 +1,145 @@
+"""`DistMatchLossMixin`: the framework-neutral part of a `transformers.Trainer` that trains with a distmatch loss.
+
+Used by the TRL trainer (`trl_ext.trainer`) and the Axolotl trainer (`axolotl_distmatch.trainer`); imports
+neither framework. It patches the model's forward once (`model_forward.py`), asks it for per-token losses and
+reduces them by TRL's contract (sum / `num_items_in_batch`, or the local token count; x processes under
+`average_tokens_across_devices`), then logs CE, entropy, token accuracy and the loss's own statistics.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .losses import LOSSES
+from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
+from .options import cost_embedding_option, loss_params
+
+logger = logging.getLogger(__name__)
+
+_BASE_STAT_KEYS = (("ce", "ce"), ("entropy", "entropy"), ("mean_token_accuracy", "top1_correct"))
+#: (logged key, `TokenStats` field): the shared statistics and every loss's own (EMO's `demd`).
+_STAT_KEYS = _BASE_STAT_KEYS + tuple(
+    dict.fromkeys((stat, stat) for spec in LOSSES.values() for stat in spec.stats)
+)
+
+
+#: Debugging aid: a folder; every rank saves the cost embedding (EMO) it trains with there (`rank<N>.pt`).
+COST_EMBEDDING_DEBUG_ENV = "DISTMATCH_DEBUG_COST_EMBEDDING"
+
+
+def _destroy_process_group() -> None:
+    """Registered with `atexit`: end the default process group, if it still exists, while the interpreter is whole.
+
+    TRL's SFT script ends it (`trainer.end()`) only from TRL 1.16 with transformers >= 5.18; older stacks leave it
+    to interpreter shutdown, where gloo worker threads may still hold finished work owning Python tensors (a known
+    way for a rank to abort with `terminate called without an active exception` after a successful run). Not
+    collective for gloo; a no-op when the group is already gone.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def end_process_group_at_exit() -> None:
+    """Make sure the default process group is destroyed before the interpreter shuts down (idempotent)."""
+    atexit.unregister(_destroy_process_group)
+    atexit.register(_destroy_process_group)
+
+
+def _save_cost_embedding(cost_embedding: torch.Tensor | None) -> None:
+    folder = os.environ.get(COST_EMBEDDING_DEBUG_ENV)
+    if not folder or cost_embedding is None:
+        return
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    torch.save(cost_embedding.detach().cpu(), Path(folder) / f"rank{rank}.pt")
+
+
+def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) and hasattr(model, "peft_config") else model
+
+
+class DistMatchLossMixin:
+    """Framework-neutral part of a trainer that trains with a distmatch loss (used by TRL and Axolotl trainers).
+
+    The host class is a `transformers.Trainer`; it calls `setup_distmatch_loss` after its own `__init__` and
+    routes `compute_loss` to `distmatch_compute_loss` when `distmatch_request` is set, and implements
+    `record_metric` to store a logged value the way its framework logs metrics.
+    """
+
+    distmatch_request: LossRequest | None = None
+
+    def setup_distmatch_loss(self, loss: str, options: dict[str, Any]) -> None:
+        """Patch the (PEFT-unwrapped) model's forward and resolve EMO's cost embedding, once, on every rank."""
+        params = loss_params(loss, options)  # validates before any model work
+        end_process_group_at_exit()
+        target = unwrap_peft(self.model)
+        install_loss_forward(target)
+        cost_embedding, live = (None, False)
+        source = cost_embedding_option(loss)
+        if source is not None:
+            cost_embedding, live = resolve_cost_embedding(target, options[source])
+            _save_cost_embedding(cost_embedding)
+        self.distmatch_request = LossRequest(
+            name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
+        )
+
+    def record_metric(self, mode: str, key: str, value: float) -> None:
+        raise NotImplementedError
+
+    def distmatch_compute_loss(
+        self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool, num_items_in_batch: Any
+    ) -> Any:
+        """TRL's reduction contract: sum / num_items_in_batch (or the local count), x processes when averaging."""
+        mode = "train" if self.model.training else "eval"
+        inputs["use_cache"] = False
+        outputs = model(**inputs, distmatch_loss=self.distmatch_request)
+        mask = outputs.label_mask
+        denominator = mask.sum() if num_items_in_batch is None else num_items_in_batch
+        # Clamped: a micro-batch without trainable tokens gives a finite, still differentiable 0.
+        loss = outputs.per_token_loss.sum() / torch.as_tensor(denominator, device=mask.device).clamp(min=1)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            # num_items_in_batch counts every rank's tokens and DDP averages gradients across ranks.
+            loss = loss * (self.accelerator.num_processes // getattr(self, "_tp_size", 1))
+        self._log_token_stats(mode, outputs)
+        if outputs.nonfinite_source is not None and not getattr(self, "_distmatch_nonfinite_reported", False):
+            self._distmatch_nonfinite_reported = True  # once per run: the metric counts every later step
+            logger.warning(
+                "distmatch: loss=%s is not finite for some tokens at step %s; the non-finite values come from %s. "
+                "The `nonfinite_tokens` metric counts such tokens (the logged `loss` may hide it: transformers' "
+                "`logging_nan_inf_filter` replaces a non-finite loss by the running mean).",
+                self.distmatch_request.name if self.distmatch_request else "?",
+                getattr(getattr(self, "state", None), "global_step", "?"),
+                outputs.nonfinite_source,
+            )
+        if return_outputs:  # callers asking for logits (compute_metrics) get the model's own forward
+            with torch.no_grad():
+                logits_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
+                outputs = model(**logits_inputs)
+            return loss, outputs
+        return loss
+
+    def _log_token_stats(self, mode: str, outputs: Any) -> None:
+        stats = outputs.stats
+        present = [
+            (key, getattr(stats, field)) for key, field in _STAT_KEYS if getattr(stats, field) is not None
+        ]
+        nonfinite = (~torch.isfinite(outputs.per_token_loss.detach()) & outputs.label_mask).sum().float()
+        sums = torch.stack(
+            [outputs.label_mask.sum().float(), nonfinite] + [t.detach().float().sum() for _, t in present]
+        )
+        sums = self.accelerator.gather_for_metrics(sums.unsqueeze(0)).sum(0)
+        count = sums[0].item()
+        self.record_metric(mode, "nonfinite_tokens", sums[1].item())  # all ranks' tokens with a NaN/inf loss
+        for (key, _), total in zip(present, sums[2:].tolist()):
+            self.record_metric(mode, key, total / count if count > 0 else 0.0)

@@ -1,0 +1,130 @@
+"""Chooses which implementation runs a chunk's row math: the PyTorch closed forms or the Triton row kernel.
+
+``DISTMATCH_KERNELS`` = ``auto`` (default: Triton for the losses whose spec says `triton=True`, on CUDA float32
+chunks when Triton is installed; PyTorch otherwise), ``torch`` (always PyTorch), or ``triton`` (always Triton;
+an error where it cannot run. On CPU it needs Triton's interpreter, ``TRITON_INTERPRET=1``, which is how the
+tests run it).
+
+The first time the kernel is selected in a process for a (device type, dtype), `check_kernel` compares it with the
+PyTorch closed forms on a small random problem; a mismatch stops with an error telling to set
+``DISTMATCH_KERNELS=torch``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from .._optional import is_available, require
+from .registry import LOSSES, TRITON_LOSSES
+from .rows import ChunkResult, chunk_math
+
+KERNELS_ENV = "DISTMATCH_KERNELS"
+KERNEL_CHOICES = ("auto", "torch", "triton")
+
+RowMath = Callable[..., ChunkResult]
+
+__all__ = ["KERNELS_ENV", "KERNEL_CHOICES", "TRITON_LOSSES", "RowMath", "check_kernel", "select_row_math"]
+
+#: (loss, params) the first-use self-check runs; one per code path of the kernel.
+SELF_CHECK_CASES: tuple[tuple[str, dict], ...] = (
+    ("ce", {}),
+    ("gem_linear", {"beta": 0.7}),
+    ("gem_ls", {"beta": 0.7}),
+    ("emo", {"weighting": "emo1"}),
+    ("emo", {"weighting": "emo2"}),
+)
+_CHECKED: set[tuple[str, torch.dtype]] = (
+    set()
+)  # (device type, dtype) the kernel was checked on in this process
+
+
+class KernelSelfCheckError(RuntimeError):
+    """The Triton row kernel disagrees with the PyTorch closed forms on this device and dtype."""
+
+
+def _self_check_problem(n: int = 6, vocab: int = 37, *, device: torch.device, dtype: torch.dtype):
+    gen = torch.Generator().manual_seed(1234)
+    z = (torch.randn(n, vocab, generator=gen) * 2.0).to(device=device, dtype=dtype)
+    y = torch.randint(0, vocab, (n,), generator=gen).to(device)
+    emb = torch.nn.functional.normalize(torch.randn(vocab, 8, generator=gen), dim=1)
+    similarity = (emb[y.cpu()] @ emb.T).to(device=device, dtype=dtype)
+    return z, y, similarity
+
+
+def check_kernel(row_math: RowMath, device: torch.device, dtype: torch.dtype) -> None:
+    """Once per process and (device type, dtype): `row_math` against the PyTorch closed forms on a small random
+    problem (values, gradients, statistics). A mismatch stops with `KernelSelfCheckError` saying how to switch."""
+    key = (device.type, dtype)
+    if key in _CHECKED:
+        return
+    z, y, similarity = _self_check_problem(device=device, dtype=dtype)
+    with torch.no_grad():
+        for name, params in SELF_CHECK_CASES:
+            sim = similarity if LOSSES[name].needs_cost_embedding else None
+            want = chunk_math(name, params, z.clone(), y, None if sim is None else sim.clone(),
+                              want_grad=True, want_stats=True)  # fmt: skip
+            got = row_math(name, params, z.clone(), y, sim, want_grad=True, want_stats=True)
+            for field in ("loss", "grad", "ce", "entropy", "demd"):
+                a, b = getattr(got, field), getattr(want, field)
+                if b is None:
+                    continue
+                if (
+                    a is None
+                    or a.shape != b.shape
+                    or not torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5)
+                ):
+                    diff = (
+                        "missing"
+                        if a is None or a.shape != b.shape
+                        else f"max |diff| {float((a.float() - b.float()).abs().max()):.3g}"
+                    )
+                    raise KernelSelfCheckError(
+                        f"The Triton loss kernel gives wrong results on this {device.type} device for {dtype} "
+                        f"({name} {params}, {field}: {diff} vs the PyTorch closed form), so it is not used. Set "
+                        f"{KERNELS_ENV}=torch to train with the PyTorch path (same losses, more memory traffic), "
+                        "and please report your GPU, driver and Triton version."
+                    )
+    _CHECKED.add(key)
+
+
+def _triton_row_math() -> RowMath:
+    require("triton", extra="gpu", feature="The Triton loss kernels")
+    from .triton_rows import triton_chunk_math
+
+    return triton_chunk_math
+
+
+def select_row_math(name: str, device: torch.device, dtype: torch.dtype) -> RowMath:
+    """The row-math function for loss `name` on chunks of `dtype` on `device`, honouring DISTMATCH_KERNELS."""
+    choice = os.environ.get(KERNELS_ENV, "auto").strip().lower() or "auto"
+    if choice not in KERNEL_CHOICES:
+        raise ValueError(f"{KERNELS_ENV}={choice!r} is not one of {', '.join(KERNEL_CHOICES)}.")
+    if choice == "torch":
+        return chunk_math
+    if choice == "auto":
+        fits = device.type == "cuda" and dtype == torch.float32 and name in TRITON_LOSSES
+        if not (fits and is_available("triton")):
+            return chunk_math
+        row_math = _triton_row_math()
+        check_kernel(row_math, device, dtype)
+        return row_math
+    if name not in TRITON_LOSSES:
+        raise ValueError(
+            f"{KERNELS_ENV}=triton: the Triton kernels implement {', '.join(TRITON_LOSSES)}, not {name!r}; "
+            f"use {KERNELS_ENV}=auto to run {name!r} with the PyTorch path."
+        )
+    if dtype != torch.float32:
+        raise ValueError(
+            f"{KERNELS_ENV}=triton computes in float32; {dtype} inputs need {KERNELS_ENV}=torch."
+        )
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            f"{KERNELS_ENV}=triton needs a CUDA device, or TRITON_INTERPRET=1 (Triton's slow interpreter, for "
+            f"tests) on {device.type}."
+        )
+    row_math = _triton_row_math()
+    check_kernel(row_math, device, dtype)
+    return row_math
