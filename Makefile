@@ -81,7 +81,7 @@ endif
 LOSS_TESTS = $(wildcard tests/test_losses*.py)
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env
 
-.PHONY: help demo test lint format venvs clean-venvs clean test-core test-axolotl test-opencompass \
+.PHONY: help demo test mutants lint format venvs clean-venvs clean test-core test-axolotl test-opencompass \
 	test-axolotl-latest $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) FORCE
 
 help:
@@ -90,6 +90,7 @@ help:
 	@echo "make venvs        create/update .venv, .venv-axolotl, .venv-axolotl-latest, .venv-opencompass"
 	@echo "make lint|format  ruff check + format check | ruff fix + format"
 	@echo "make test-core|test-axolotl|test-axolotl-latest|test-opencompass   one venv's tests"
+	@echo "make mutants      mutation check: every wrong change in tools/mutants.toml must fail its tests (slow)"
 	@echo "make clean-venvs  delete the four venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
 	@echo "           PYTHON_LATEST=$(PYTHON_LATEST) TORCH_SPEC_LATEST=$(TORCH_SPEC_LATEST)"
@@ -237,6 +238,13 @@ test-axolotl-latest: $(AXO_LATEST_STAMP)
 
 test-opencompass: $(OC_STAMP)
 	$(call pytest_run,$(VENV_OC),opencompass_env)
+
+# Mutation check for developers (not part of `make test`): each wrong change listed in tools/mutants.toml is applied
+# to a scratch copy and the tests that must catch it run there; prints a table, fails unless all are caught.
+# MUTANTS_ARGS="--only ID ..." runs some of them.
+MUTANTS_ARGS ?=
+mutants: $(CORE_STAMP) $(AXO_STAMP)
+	$(OFFLINE) $(VENV)/bin/python tools/mutants.py $(MUTANTS_ARGS)
 
 # Venvs first (an install problem shows before any test), then lint and each venv's tests; every step
 # runs even if an earlier one failed, and the target fails if any did.

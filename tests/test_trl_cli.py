@@ -516,6 +516,45 @@ def test_hook_switched_off_fails_like_upstream_trl(wheel_venv, tiny, tmp_path):
 
 
 @pytest.mark.slow
+def test_help_lists_the_options_unless_the_hook_is_off(wheel_venv, tmp_path):
+    """README: `trl sft --help` activates the hook, so the help lists the distmatch options; switched off
+    (`DISTMATCH_TRL_HOOK=0`) it is TRL's own help; `distmatch-trl sft --help` lists them without the hook."""
+
+    def help_text(*command: Path | str, **env: str) -> str:
+        out = _run([*command, "--help"], tmp_path, **env)
+        assert out.returncode == 0, _tail(out)
+        return out.stdout
+
+    ours = ("--gem_beta", "--emo_cost_embedding", "--emo_weighting", "--tailr_gamma")
+    active = help_text(wheel_venv.trl, "sft")
+    assert all(flag in active for flag in ours)
+    plain = help_text(wheel_venv.trl, "sft", DISTMATCH_TRL_HOOK="0")
+    assert "--loss_type" in plain and not any(flag in plain for flag in ours)
+    explicit = help_text(wheel_venv.distmatch_trl, "sft", DISTMATCH_TRL_HOOK="0")
+    assert all(flag in explicit for flag in ours)
+
+
+def test_hook_stops_when_distmatch_fails_to_import(wheel_venv, tiny, tmp_path):
+    """README: if distmatch cannot be imported when it is needed, the run stops with one line saying so (never TRL
+    training its own loss instead). Here a `trl_ext` earlier on the path fails to import."""
+    shadow = tmp_path / "shadow" / "trl_ext"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('trl_ext broken for this test')\n")
+    out = _run(
+        [wheel_venv.trl, "sft", "--loss", "emo", *_train_args(tiny, tmp_path / "out")],
+        tmp_path,
+        PYTHONPATH=str(tmp_path / "shadow"),
+    )
+    assert out.returncode != 0
+    assert (
+        "error: --loss asks for a distmatch loss, but the distmatch TRL integration failed to import "
+        "(ImportError: trl_ext broken for this test)" in out.stderr
+    ), _tail(out)
+    assert "Traceback" not in out.stderr, _tail(out)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
 def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
     """The explicit console script: YAML defaults, flags override them, unknown keys go to `accelerate launch`."""
     (tmp_path / "cfg.yaml").write_text("loss: gem_linear\nemo_weighting: emo2\nnum_processes: 1\n")

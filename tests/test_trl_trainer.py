@@ -691,6 +691,61 @@ def test_emo_frozen_cost_embedding_is_fixed_unoptimised_and_not_saved(models, da
     assert not torch.equal(saved_head, initial)
 
 
+def _parameter_grads(model: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    return grads
+
+
+@pytest.mark.parametrize("weighting", ["emo1", "emo2"])
+def test_emo_trainer_gradients_match_reference(models, data, tmp_path, weighting):
+    """Gradients, not only values (emo1's value equals CE whatever its DEMD term): what the trainer's
+    `compute_loss` sends into every parameter equals the reference EMO on the model's full logits, reduced by the
+    token count, and differs from CE's."""
+    trainer = make_trainer(models["plain"], data, tmp_path, loss="emo", emo_weighting=weighting)
+    model, request = trainer.model, trainer.distmatch_request
+    batch = collate(trainer, [0, 1, 2])
+    ours = _parameter_grads(model, trainer.compute_loss(model, dict(batch)))
+    assert len(ours) == len(list(model.parameters()))
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    targets = batch["labels"][:, 1:].reshape(-1)
+    flat = logits[:, :-1].reshape(-1, logits.shape[-1])
+    count = (targets != -100).sum()
+    ref = reference_token_loss("emo", flat, targets, **request_params(request)).sum() / count
+    expected = _parameter_grads(model, ref)
+    for name, grad in expected.items():
+        torch.testing.assert_close(ours[name], grad, rtol=1e-4, atol=1e-7, msg=lambda m, n=name: f"{n}: {m}")
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    ce = reference_token_loss("ce", logits[:, :-1].reshape(-1, logits.shape[-1]), targets).sum() / count
+    ce_grads = _parameter_grads(model, ce)
+    head = "lm_head.weight"
+    assert not torch.allclose(ce_grads[head], expected[head], rtol=1e-2, atol=1e-6)  # the DEMD term matters
+
+
+def test_emo_resume_keeps_the_pretrained_cost_embedding(models, data, tmp_path):
+    """Resuming from a checkpoint whose head has moved: EMO's frozen cost embedding is still the pre-trained head
+    (taken when the trainer is built, before the checkpoint is loaded) and the run continues from the checkpoint."""
+    pretrained = load_model(models["plain"]).get_output_embeddings().weight.detach().clone()
+    common = {**SGD, "loss": "emo", "save_strategy": "steps", "save_steps": 2, "save_only_model": False}
+    first = make_trainer(models["plain"], data, tmp_path, **{**common, "max_steps": 2})
+    first.train()
+    checkpoint = Path(first.args.output_dir) / "checkpoint-2"
+    with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
+        saved_head = f.get_tensor("lm_head.weight")
+    assert not torch.allclose(saved_head, pretrained, atol=1e-4)  # the head moved: the two can be told apart
+
+    resumed = make_trainer(models["plain"], data, tmp_path, **{**common, "max_steps": 3})
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 3
+    assert step_logs(resumed)[:2] == step_logs(first) and len(step_logs(resumed)) == 3  # steps 1-2 restored
+    assert torch.equal(resumed.distmatch_request.cost_embedding, pretrained)
+    assert not torch.equal(resumed.model.get_output_embeddings().weight.detach(), pretrained)
+
+
 def test_emo_live_cost_embedding_trains(models, data, tmp_path):
     trainer = make_trainer(models["plain"], data, tmp_path, loss="emo", emo_cost_embedding="live")
     assert trainer.distmatch_request.live_cost and trainer.distmatch_request.cost_embedding is None
