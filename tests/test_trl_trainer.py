@@ -869,17 +869,24 @@ def test_paper_variant_options_reach_the_loss_parameters(tmp_path):
     parser = trl.TrlParser((DistMatchSFTConfig,))
     (config,) = parser.parse_args_and_config(
         ["--output_dir", str(tmp_path), "--loss", "tailr", "--tailr_min_weight", "0.3", "--tailr_variant",
-         "emo_code", "--tailr_gamma", "0.9", "--emo_ratio_clamp", "3.0", "--use_cpu", "true"]
+         "emo_code", "--tailr_gamma", "0.9", "--use_cpu", "true"]
     )  # fmt: skip
     options = {k: getattr(config, k) for k in ("tailr_gamma", "tailr_min_weight", "tailr_variant")}
     assert loss_params("tailr", options) == {"gamma": 0.9, "min_weight": 0.3, "variant": "emo_code"}
+    (config,) = parser.parse_args_and_config(
+        ["--output_dir", str(tmp_path), "--loss", "emo", "--emo_ratio_clamp", "3.0", "--use_cpu", "true"]
+    )
     assert config.emo_ratio_clamp == 3.0
     defaults = make_config(tmp_path, loss="tailr")
-    assert (defaults.tailr_min_weight, defaults.tailr_variant, defaults.emo_ratio_clamp) == (
-        0.2,
-        "tailr",
-        None,
-    )
+    # Unset options stay None in the config (so a default is never taken for the user's choice); the loss gets the
+    # spec's defaults: TaiLr's own criterion with min_weight 0.2.
+    assert (defaults.tailr_min_weight, defaults.tailr_variant) == (None, None)
+    assert loss_params("tailr", defaults.loss_options()) == {
+        "gamma": 0.5,
+        "min_weight": 0.2,
+        "variant": "tailr",
+    }
+    assert defaults.emo_ratio_clamp is None
     assert loss_params("emo", {"emo_ratio_clamp": 3.0})["ratio_clamp"] == 3.0
     assert loss_params("emo", {})["ratio_clamp"] is None
 
