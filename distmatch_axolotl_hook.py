@@ -25,6 +25,8 @@ import sys
 from collections.abc import Mapping
 
 from distmatch_import_hook import (
+    LOSS_OPTION_NAMES,
+    LOSS_OPTION_PREFIXES,
     DistMatchConfigError,
     PatchAfterImport,
     debug,
@@ -38,21 +40,9 @@ TARGET_MODULES = ("axolotl.cli.config", "axolotl.utils.config")
 PLUGIN = "axolotl_distmatch.DistMatchPlugin"
 #: Spellings of our plugin in `plugins:` (Axolotl 0.21 also accepts `module:Class`).
 PLUGIN_NAMES = (PLUGIN, "axolotl_distmatch.plugin.DistMatchPlugin")
-#: The distmatch config keys (`loss` and the loss options; kept equal to `trl_ext.options` by the tests).
-OPTION_NAMES = (
-    "gem_beta",
-    "emo_cost_embedding",
-    "emo_weighting",
-    "ce_entropy_coef",
-    "emo_ratio_clamp",
-    "tailr_gamma",
-    "tailr_min_weight",
-    "tailr_variant",
-    "mixce_gamma",
-    "eaft_alpha",
-    "eaft_k",
-)
-OPTION_PREFIXES = ("emo_",)
+#: The distmatch config keys besides `loss`.
+OPTION_NAMES = LOSS_OPTION_NAMES
+OPTION_PREFIXES = LOSS_OPTION_PREFIXES
 
 
 def _debug(message: str) -> None:

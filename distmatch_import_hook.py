@@ -25,6 +25,23 @@ PTH_FILES = {
     "distmatch_axolotl_hook.pth": "import distmatch_axolotl_hook\n",
 }
 ENV_DEBUG = "DISTMATCH_DEBUG"
+#: The loss options' config keys, the same in TRL and Axolotl (the hooks must not import `trl_ext.options`: it imports
+#: torch). Kept equal to `trl_ext.options.LOSS_OPTIONS` by the tests.
+LOSS_OPTION_NAMES = (
+    "gem_beta",
+    "emo_cost_embedding",
+    "emo_weighting",
+    "emo_ratio_clamp",
+    "ce_entropy_coef",
+    "tailr_gamma",
+    "tailr_min_weight",
+    "tailr_variant",
+    "mixce_gamma",
+    "eaft_alpha",
+    "eaft_k",
+)
+#: Any option starting with one of these also counts (future EMO options).
+LOSS_OPTION_PREFIXES = ("emo_",)
 
 
 def switched_on(variable: str) -> bool:

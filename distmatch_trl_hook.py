@@ -30,26 +30,18 @@ from __future__ import annotations
 
 import sys
 
-from distmatch_import_hook import PatchAfterImport, debug, print_config_errors_as_one_line, switched_on
-
-#: Our `SFTConfig` fields. Kept in sync with `trl_ext.config` / `trl_ext.options.LOSS_OPTIONS` by the tests
-#: (this module must not import them: they import torch).
-OPTION_NAMES = (
-    "loss",
-    "gem_beta",
-    "emo_cost_embedding",
-    "emo_weighting",
-    "emo_ratio_clamp",
-    "ce_entropy_coef",
-    "tailr_gamma",
-    "tailr_min_weight",
-    "tailr_variant",
-    "mixce_gamma",
-    "eaft_alpha",
-    "eaft_k",
+from distmatch_import_hook import (
+    LOSS_OPTION_NAMES,
+    LOSS_OPTION_PREFIXES,
+    PatchAfterImport,
+    debug,
+    print_config_errors_as_one_line,
+    switched_on,
 )
-#: Any option starting with one of these also counts (future EMO options).
-OPTION_PREFIXES = ("emo_",)
+
+#: Our `SFTConfig` fields.
+OPTION_NAMES = ("loss", *LOSS_OPTION_NAMES)
+OPTION_PREFIXES = LOSS_OPTION_PREFIXES
 
 ENV_SWITCH = "DISTMATCH_TRL_HOOK"
 _TOP_LEVEL_KEY = r"""^(["']?)([A-Za-z_][\w-]*)\1\s*:(\s|$)"""  # a block mapping's unindented `key:`
