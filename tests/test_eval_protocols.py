@@ -217,16 +217,9 @@ def _results_file(path: Path, tasks: dict[str, dict], values: dict[str, dict[str
 def test_report_marks_paper_comparable_runs(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from eval_tasks import report
+    from eval_tasks.lm_eval_tasks import NLU_TASKS
 
-    names = [
-        "distmatch_tweet_emotion",
-        "distmatch_sst2",
-        "distmatch_trec",
-        "distmatch_subj",
-        "distmatch_cr",
-        "distmatch_rt",
-        "distmatch_ag_news",
-    ]
+    names = [t for t in NLU_TASKS if t != "distmatch_mmlu"]
     n = {t: {"original": 10, "effective": 10} for t in [*names, "distmatch_mmlu"]}
     official = {t: _EMO_META for t in names}
     official["distmatch_mmlu"] = {"protocol": "emo_official", "mmlu_average": "subject_macro"}
