@@ -1,4 +1,9 @@
-"""Shared pytest set-up: offline everything, and the repository root."""
+"""Shared pytest set-up: offline everything, the repository root, and the markers each test folder sets.
+
+Every folder under tests/ is a package (`__init__.py`), so a test module is imported as `tests.<folder>.<name>` with
+the repository root on sys.path: folder names (`trl`, `axolotl`) never shadow the installed packages, and two folders
+may hold files of the same name. Shared helpers: `from tests.helpers.tiny_model import build_tiny_llama`.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +12,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.cli import WheelVenv, build_wheel_venv
+from tests.helpers.env import OFFLINE_ENV, REPO_ROOT
+
 # Set before any test module imports transformers / datasets / axolotl: no network in tests.
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "AXOLOTL_DO_NOT_TRACK": "1",
-    "DO_NOT_TRACK": "1",
-    "WANDB_MODE": "disabled",
-    "TOKENIZERS_PARALLELISM": "false",
-}
 for _key, _value in OFFLINE_ENV.items():
     os.environ.setdefault(_key, _value)
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     """The repository root (the folder holding pyproject.toml)."""
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
+    """Our wheel installed in a fresh venv (built once per session; the TRL CLI and distributed tests use it)."""
+    return build_wheel_venv(tmp_path_factory.mktemp("wheel"))

@@ -20,10 +20,10 @@ datasets = pytest.importorskip("datasets")
 trl = pytest.importorskip("trl")
 
 from safetensors import safe_open  # noqa: E402
-from tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
+from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
 from trl_ext.config import LOSS_CHOICES, DistMatchSFTConfig  # noqa: E402
 from trl_ext.losses import reference_token_loss  # noqa: E402
 from trl_ext.model_forward import LossRequest, install_loss_forward  # noqa: E402
