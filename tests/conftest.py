@@ -20,6 +20,36 @@ for _key, _value in OFFLINE_ENV.items():
     os.environ.setdefault(_key, _value)
 
 
+# The markers each folder's tests carry (a path under tests/, folder or file; the longest match wins, so a file entry
+# overrides its folder's). The Makefile picks each venv's tests by these markers (see pyproject.toml's marker list);
+# `slow` and one-off marks stay on the modules and tests themselves.
+FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
+    "axolotl": ("axolotl_env",),
+    "distributed": ("multiprocess",),
+    "eval/opencompass": ("opencompass_env",),
+    "trl": ("trl_trainer",),
+    "trl/cli": ("trl_cli",),
+    # The patched forward on models built in code, no TRL trainer: not run again in .venv-axolotl.
+    "trl/test_model_forward_scaling.py": (),
+}
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def folder_markers(path: Path) -> tuple[str, ...]:
+    """The FOLDER_MARKERS entry for a test file: its longest matching path under tests/ (none outside tests/)."""
+    try:
+        relative = path.resolve().relative_to(TESTS_DIR).as_posix()
+    except ValueError:
+        return ()
+    matches = [key for key in FOLDER_MARKERS if relative == key or relative.startswith(key + "/")]
+    return FOLDER_MARKERS[max(matches, key=len)] if matches else ()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    for name in folder_markers(item.path):
+        item.add_marker(name)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     """The repository root (the folder holding pyproject.toml)."""

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.axolotl_env, pytest.mark.slow]
+pytestmark = pytest.mark.slow  # axolotl_env: tests/conftest.py FOLDER_MARKERS
 
 axolotl = pytest.importorskip("axolotl")
 

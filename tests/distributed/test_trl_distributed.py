@@ -30,7 +30,7 @@ import pytest
 from tests.helpers.cli import free_port, run_cli, tail
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+pytestmark = pytest.mark.slow  # multiprocess: tests/conftest.py FOLDER_MARKERS
 
 STEPS = 2
 LOCAL_BATCH = 4

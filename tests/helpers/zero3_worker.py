@@ -20,7 +20,9 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests.helpers`, `trl_ext`
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[2])
+)  # the repository root: `tests.helpers`, `trl_ext`
 
 from tests.helpers.dist_common import (  # noqa: E402
     LOSS_CASES,
@@ -30,7 +32,6 @@ from tests.helpers.dist_common import (  # noqa: E402
     rank_batch,
     reference_results,
 )
-
 from trl_ext.model_forward import (  # noqa: E402
     LossRequest,
     frozen_head_copy,

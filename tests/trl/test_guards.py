@@ -28,9 +28,6 @@ from trl_ext.config import DistMatchSFTConfig  # noqa: E402
 from trl_ext.emo_cost import HUB_ID, check_cost_embedding_source, read_output_embedding  # noqa: E402
 from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS  # noqa: E402
 
-pytestmark = pytest.mark.trl_trainer
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Configuration-time refusals (the TRL config; the Axolotl args run the same functions)
 

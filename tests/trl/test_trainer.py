@@ -29,7 +29,7 @@ from trl_ext.losses import reference_token_loss  # noqa: E402
 from trl_ext.model_forward import LossRequest, install_loss_forward  # noqa: E402
 from trl_ext.trainer import DistMatchSFTTrainer  # noqa: E402
 
-pytestmark = [pytest.mark.trl_trainer, pytest.mark.slow]
+pytestmark = pytest.mark.slow  # trl_trainer: tests/conftest.py FOLDER_MARKERS
 
 OUR_LOSSES = ("ce", "emo", "gem_linear", "gem_ls", "ce_entropy", "tailr", "mixce", "dft", "eaft")
 TRL_VERSION = trl.__version__

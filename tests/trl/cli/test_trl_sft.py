@@ -27,9 +27,6 @@ from tests.helpers.cli import WheelVenv, cli_env, free_port, run_cli, tail
 from tests.helpers.env import REPO_ROOT
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
-pytestmark = pytest.mark.trl_cli
-
-
 TIMEOUT = 600
 N_EXAMPLES = 48  # toy conversations; 4 rows per device and step
 HOOK_LINE = re.compile(
