@@ -7,24 +7,21 @@ the wheel's `distmatch_trl_hook.pth` sits in the new venv's own site-packages an
 `trl sft` then runs as users run it: the `trl` console script parses, and `accelerate launch` starts TRL's
 `trl/scripts/sft.py` in a child process, which trains.
 
-Runs in `.venv` (TRL 1.16) and `.venv-axolotl` (TRL 1.9): the `trl_cli` marker selects this module in both
-(see the Makefile).
+Runs in `.venv` (TRL 1.16) and `.venv-axolotl` (TRL 1.9): the `trl_cli` marker (set on tests/trl/cli/) selects this
+module in both (see the Makefile). The hook's decision in process: test_trl_hook.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.cli import WheelVenv, cli_env, free_port, run_cli, tail
-from tests.helpers.env import REPO_ROOT
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
 TIMEOUT = 600
@@ -32,110 +29,6 @@ N_EXAMPLES = 48  # toy conversations; 4 rows per device and step
 HOOK_LINE = re.compile(
     r"distmatch_trl_hook\[(\d+)\]: (active in (.+?) \(options: (.*)\)|trl\.SFTConfig -> .*)$"
 )
-
-
-def _load_hook_module():
-    """The hook module from the working tree, under another name (importing it must stay inert here)."""
-    spec = importlib.util.spec_from_file_location("_hook_under_test", REPO_ROOT / "distmatch_trl_hook.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hook = _load_hook_module()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The hook's decision, in process (cheap)
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["/v/bin/trl", "sft", "--loss", "emo"], ["--loss"]),
-        (
-            ["/v/bin/trl", "sft", "--model_name_or_path", "m", "--loss=gem_ls", "--gem-beta", "0.5"],
-            ["--loss", "--gem-beta"],
-        ),
-        (
-            ["/v/bin/trl", "sft", "--gem_beta", "0.5", "--emo_weighting", "emo2", "--emo-anything", "x"],
-            ["--gem_beta", "--emo_weighting", "--emo-anything"],
-        ),
-        (
-            ["/v/bin/trl", "sft", "--ce_entropy_coef", "0.1", "--tailr_gamma", "0.2", "--mixce_gamma", "0.3"],
-            ["--ce_entropy_coef", "--tailr_gamma", "--mixce_gamma"],
-        ),
-        (["C:\\v\\Scripts\\trl.exe", "sft", "--loss", "emo"], ["--loss"]),
-        (["/site-packages/trl/scripts/sft.py", "--loss", "emo"], ["--loss"]),  # under accelerate launch
-        (["/v/bin/trl", "sft", "--loss_type", "nll", "--lossy", "1"], []),  # TRL's own option, another name
-        (["/v/bin/trl", "sft"], []),
-        (["/v/bin/trl", "sft", "--help"], ["--help"]),  # the help lists our options too
-        (["/v/bin/trl", "sft", "-h", "--loss", "emo"], ["--loss"]),
-        (["/v/bin/trl", "sft", "--", "--help"], []),
-        (["/v/bin/trl", "dpo", "--help"], []),
-        (["/v/bin/trl", "sft", "--", "--loss", "emo"], []),
-        (["/v/bin/trl", "dpo", "--loss", "emo"], []),  # another TRL command
-        (["/v/bin/trl", "--loss", "emo", "sft"], []),
-        (["/v/bin/python", "sft", "--loss", "emo"], []),
-        (["/v/bin/notrl", "sft", "--loss", "emo"], []),
-        (["/site-packages/trl/scripts/dpo.py", "--loss", "emo"], []),
-        # distmatch-trl's own training script needs no hook
-        (["/site-packages/trl_ext/scripts/distmatch_sft.py", "--loss", "emo"], []),
-        (["-c", "--loss"], []),
-        ([], []),
-    ],
-)
-def test_hook_flags(argv, expected):
-    assert hook.should_activate(argv) == expected
-
-
-@pytest.mark.parametrize("with_yaml", [True, False])
-def test_hook_config_keys(tmp_path, monkeypatch, with_yaml):
-    if not with_yaml:  # at interpreter start PyYAML may not be importable yet: a plain scan of top-level keys
-        monkeypatch.setitem(sys.modules, "yaml", None)
-
-    def trl_sft_config(text: str) -> list[str]:
-        path = tmp_path / "config.yaml"
-        path.write_text(text)
-        return hook.should_activate(["/v/bin/trl", "sft", "--config", str(path)])
-
-    assert trl_sft_config("loss: emo\nlearning_rate: 1.0e-5\n") == [f"loss (in {tmp_path / 'config.yaml'})"]
-    assert len(trl_sft_config("gem_beta: 0.7\n'emo_weighting': emo2\n")) == 2
-    assert trl_sft_config("learning_rate: 1.0e-5\nloss_type: dft\n") == []
-    assert trl_sft_config("model_init_kwargs:\n  loss: emo\n# loss: emo\n") == []  # top level only
-    assert trl_sft_config("- loss\n") == []  # not a mapping
-    if with_yaml:
-        assert trl_sft_config("loss: [unclosed\n") == []  # unreadable: TRL reports it
-    assert hook.should_activate(["/v/bin/trl", "sft", "--config", str(tmp_path / "missing.yaml")]) == []
-    assert hook.should_activate(["/v/bin/trl", "sft", "--config"]) == []
-
-
-@pytest.mark.parametrize(
-    ("value", "enabled"), [(None, True), ("1", True), ("0", False), ("off", False), ("False", False)]
-)
-def test_hook_switch(monkeypatch, value, enabled):
-    if value is None:
-        monkeypatch.delenv(hook.ENV_SWITCH, raising=False)
-    else:
-        monkeypatch.setenv(hook.ENV_SWITCH, value)
-    assert hook.enabled() is enabled
-
-
-def test_hook_knows_every_distmatch_option():
-    """The hook lists our option names itself (it must not import torch); they must match the config's fields."""
-    import dataclasses
-
-    from trl import SFTConfig
-
-    from trl_ext.config import DistMatchSFTConfig
-    from trl_ext.options import LOSS_OPTIONS
-
-    ours = {f.name for f in dataclasses.fields(DistMatchSFTConfig)} - {
-        f.name for f in dataclasses.fields(SFTConfig)
-    }
-    assert ours == {"loss", *(o.name for o in LOSS_OPTIONS)}
-    assert all(hook._is_our_key(name) for name in ours)
-    assert not any(hook._is_our_key(f.name) for f in dataclasses.fields(SFTConfig))
 
 
 # ---------------------------------------------------------------------------------------------------------------

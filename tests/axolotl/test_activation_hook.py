@@ -1,0 +1,122 @@
+"""`loss:` without `plugins:` (`distmatch_axolotl_hook.py`): the activation hook adds the plugin, in a venv set up
+like the project's, through the real `axolotl train` CLI.
+
+Runs in `.venv-axolotl` (Axolotl 0.19) and `.venv-axolotl-latest` (Axolotl 0.21) (`make test`: `axolotl_env`, set on
+tests/axolotl/ by tests/conftest.py); skipped where Axolotl is not installed. Shared parts: tests/helpers/axolotl_cases.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow  # axolotl_env: tests/conftest.py FOLDER_MARKERS
+
+axolotl = pytest.importorskip("axolotl")
+
+import yaml  # noqa: E402
+
+from tests.helpers.axolotl_cases import (  # noqa: E402
+    PLUGIN,
+    printed_logs,
+    tiny_config,
+)
+from tests.helpers.env import REPO_ROOT  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------------------
+# `loss:` without `plugins:`: the activation hook adds the plugin (a venv set up like the project's, real CLI)
+
+
+def test_hook_adds_the_plugin_only_for_distmatch_keys() -> None:
+    import distmatch_axolotl_hook as hook
+    from trl_ext.options import LOSS_OPTIONS
+
+    assert set(hook.OPTION_NAMES) == {
+        o.name for o in LOSS_OPTIONS
+    }  # kept in sync (the hook imports no torch)
+    plain = {"base_model": "m", "plugins": ["x.Y"]}
+    assert hook.add_plugin(plain) == [] and plain["plugins"] == ["x.Y"]
+    assert hook.add_plugin({"loss": None}) == []
+    cfg = {"base_model": "m", "loss": "gem_ls", "gem_beta": 0.5}
+    assert hook.add_plugin(cfg) == ["loss", "gem_beta"] and cfg["plugins"] == [PLUGIN]
+    listed = {"gem_beta": 0.5, "plugins": ["axolotl_distmatch:DistMatchPlugin"]}
+    hook.add_plugin(listed)
+    assert listed["plugins"] == ["axolotl_distmatch:DistMatchPlugin"]  # already there, other spelling
+
+
+@pytest.fixture(scope="module")
+def project_venv(tmp_path_factory):
+    from tests.helpers.project_venv import make_project_like_venv
+
+    return make_project_like_venv(tmp_path_factory.mktemp("project_venv"), REPO_ROOT)
+
+
+def _axolotl_train(venv, cfg: dict[str, Any], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    config_path = tmp_path / "cfg.yml"
+    config_path.write_text(yaml.safe_dump(cfg))
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DISTMATCH_", "PYTHON"))}
+    environment.update(env, PATH=f"{venv.bin}:{os.environ.get('PATH', '')}")
+    return subprocess.run(
+        [str(venv.bin / "axolotl"), "train", str(config_path), "--launcher", "python"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=600,
+    )
+
+
+def _one_line_error(result: subprocess.CompletedProcess) -> str:
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    return line
+
+
+def test_axolotl_train_loss_without_plugins_line_trains_distmatch(assets, project_venv, tmp_path) -> None:
+    cfg = tiny_config(assets, tmp_path / "out", max_steps=1)
+    cfg.pop("plugins")
+    result = _axolotl_train(project_venv, cfg, tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert f"Plugin loaded successfully: {PLUGIN}" in output
+    (entry,) = [entry for entry in printed_logs(output) if "loss" in entry]
+    assert {"ce", "entropy", "mean_token_accuracy"} <= set(entry)  # the distmatch trainer's metrics
+    assert abs(entry["loss"] - entry["ce"]) > 1.0  # GEM's objective, not cross-entropy
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"loss": "gem_ls", "gem_beta": 0}, "error: Loss 'gem_ls': gem_beta=0 is invalid"),
+        ({"loss": None, "gem_beta": 0.5}, "error: gem_beta=0.5 is set but `loss` is unset"),
+        ({"loss": "gem_lsx"}, "error: loss='gem_lsx' is not a distmatch loss"),
+    ],
+)
+def test_axolotl_train_refuses_in_one_line(assets, project_venv, tmp_path, overrides, expected) -> None:
+    cfg = tiny_config(assets, tmp_path / "out", **overrides)
+    cfg.pop("plugins")
+    line = _one_line_error(_axolotl_train(project_venv, cfg, tmp_path))
+    assert line.startswith(expected), line
+    if overrides.get("loss") == "gem_ls":
+        assert "gem_linear" not in line  # the user's loss is named, not another loss using the option
+    assert not (tmp_path / "out").exists()
+
+
+def test_axolotl_train_stops_when_the_plugin_fails_to_import(assets, project_venv, tmp_path) -> None:
+    """A plugin that cannot be imported is an error, never a skipped plugin (the fault: a broken plugin module
+    earlier on the path)."""
+    broken = tmp_path / "broken" / "axolotl_distmatch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("")
+    (broken / "plugin.py").write_text("raise ImportError('simulated broken install')\n")
+    cfg = tiny_config(assets, tmp_path / "out")
+    cfg.pop("plugins")
+    line = _one_line_error(_axolotl_train(project_venv, cfg, tmp_path, PYTHONPATH=str(broken.parent)))
+    assert "failed to import" in line and "simulated broken install" in line and "loss" in line, line
+    assert not (tmp_path / "out").exists()
