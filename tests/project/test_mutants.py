@@ -56,3 +56,35 @@ def test_a_rotten_entry_is_reported(tmp_path: Path) -> None:
     listed.write_text(listed.read_text().replace('venv = ".venv"', 'venv = "venv2"', 1))
     with pytest.raises(ValueError, match="venv must be one of"):
         tool.load_mutants(listed)
+
+
+def test_every_named_test_path_and_selection_exists() -> None:
+    """Each mutant's test paths (a node id's file part) exist, a node id's test function is defined in its file,
+    and every word of a `-k` expression occurs in one of the named files, so a moved or renamed test cannot leave a
+    mutant running nothing (pytest exit 5 would show only when `make mutants` runs)."""
+    mutants = _tool().load_mutants()
+    for m in mutants:
+        paths, keywords = [], []
+        args = iter(m.tests)
+        for arg in args:
+            if arg == "-k":
+                keywords.append(next(args))
+            elif not arg.startswith("-"):
+                paths.append(arg)
+        assert paths, m.id
+        texts = []
+        for arg in paths:
+            file, _, node = arg.partition("::")
+            path = REPO_ROOT / file
+            assert path.is_file(), f"{m.id}: {file} does not exist"
+            text = path.read_text(encoding="utf-8")
+            texts.append(text)
+            if node:
+                function = node.split("::")[-1].split("[")[0]
+                assert f"def {function}(" in text, f"{m.id}: {function} is not defined in {file}"
+        for expression in keywords:
+            for word in expression.replace("(", " ").replace(")", " ").split():
+                if word not in ("and", "or", "not"):
+                    assert any(word in text for text in texts), (
+                        f"{m.id}: -k {word!r} matches nothing in {paths}"
+                    )
