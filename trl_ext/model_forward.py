@@ -14,7 +14,8 @@ Paths (chosen per call, reported in `DistMatchOutput.path` and logged once per m
   partitioned. A sharded head computes the loss *inside its own module call* (its `forward` is swapped for the
   fused loss for that one call), so the wrapper's hooks do what they do for `lm_head(hidden)`: gather the weight
   before, release it after, gather it again for the backward, and hand the weight gradient to FSDP2's
-  reduce-scatter / ZeRO-3's partitioned gradient (`tests/test_fsdp2.py`, `tests/test_zero3_fused.py`).
+  reduce-scatter / ZeRO-3's partitioned gradient (`tests/distributed/test_fsdp2.py`,
+  `tests/distributed/test_zero3_fused.py`).
 * ``logits``: the head module is called on the hidden states (its own hooks run: a PEFT adapter on the head),
   final-logit soft-capping is applied, then `token_loss` in chunks. Used when the head has a PEFT adapter or a
   bias, when the model soft-caps its logits, when the head's weight is a DTensor outside FSDP2 (tensor

@@ -18,7 +18,7 @@
 # (sentence-transformers/all-mpnet-base-v2 retrieves the demonstrations), and the environments of `make venvs`:
 # .venv-axolotl (training) and .venv (lm-eval, distmatch-eval); on a GPU machine build them with
 # TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128" (README "Set-up"). Each step is skipped when its
-# output exists, so an interrupted run continues where it stopped. Not run by the test suite (tests/test_demo.py
+# output exists, so an interrupted run continues where it stopped. Not run by the test suite (tests/demo/test_demo.py
 # checks the syntax and a DRY_RUN).
 set -euo pipefail
 

@@ -14,7 +14,7 @@
 # meta-llama/Meta-Llama-3-8B (and -Instruct for the chat template), network for the models and data, and the
 # environments of `make venvs` (see README "Set-up" for CUDA torch). vLLM in .venv speeds up the 16-sample
 # creative tasks (LM_EVAL_MODEL=vllm). Each step is skipped when its output exists. Not run by the test suite
-# (tests/test_demo.py checks the syntax and a DRY_RUN).
+# (tests/demo/test_demo.py checks the syntax and a DRY_RUN).
 set -euo pipefail
 
 # --- settings (each can be overridden from the environment) --------------------------------------------------

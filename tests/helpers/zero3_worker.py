@@ -6,7 +6,7 @@ case on both paths: one forward through the patched forward (`engine(..., distma
 then every parameter's full gradient (`deepspeed.utils.safe_get_full_grad`) against the unsharded float64 model
 (full logits, data-parallel mean over the ranks' batches), the path reported and how often the head computed full
 logits; also EMO's frozen cost embedding gathered from the partitioned head and the refusal of a live one.
-Each rank writes `OUT_DIR/zero3_rank{rank}.json`; `tests/test_zero3_fused.py` checks them.
+Each rank writes `OUT_DIR/zero3_rank{rank}.json`; `tests/distributed/test_zero3_fused.py` checks them.
 """
 
 from __future__ import annotations

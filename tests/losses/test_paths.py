@@ -1,4 +1,4 @@
-"""Behaviour of the memory-efficient paths themselves (the math is checked in test_losses_oracle.py)."""
+"""Behaviour of the memory-efficient paths themselves (the math is checked in test_oracle.py)."""
 
 from __future__ import annotations
 

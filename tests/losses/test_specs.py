@@ -1,7 +1,7 @@
 """The loss specs are the one definition of each loss: everything else is built from them or checked against them.
 
 Also: the CE-weighted family's new members against independent definitions (EAFT as its authors and as Axolotl
-compute it; Axolotl's own function in `test_axolotl_plugin.py`, TRL's DFT in `test_trl_trainer.py`), the module
+compute it; Axolotl's own function in `tests/axolotl/test_plugin.py`, TRL's DFT in `tests/trl/test_trainer.py`), the module
 structure (no import cycles, the reference independent of the paths it checks), and no
 integration comparing a loss name.
 """
@@ -109,8 +109,8 @@ def test_options_come_from_the_specs():
     assert OPTIONS["eaft_k"].default == 20
 
 
-# The TRL config's fields: `test_trl_trainer.py` (importing TRL here would import Triton before the interpreter tests
-# of `test_losses_triton.py` can switch it on).
+# The TRL config's fields: `tests/trl/test_config.py` (importing TRL here would import Triton before the interpreter tests
+# of `test_triton.py` can switch it on).
 
 
 def test_axolotl_args_are_built_from_the_specs():

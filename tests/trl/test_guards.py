@@ -1,7 +1,8 @@
 """Settings that would train something else than asked are refused before any work; problems during training are
 reported once, with where they came from.
 
-In-process and fast (the real CLIs are in test_trl_cli.py, test_axolotl_plugin.py, test_lm_eval_tasks.py):
+In-process and fast (the real CLIs are in tests/trl/cli/test_trl_sft.py,
+tests/axolotl/test_activation_hook.py, tests/eval/test_lm_eval_tasks.py):
 `DistMatchSFTConfig`'s checks, EMO's cost embedding read from a tiny sharded safetensors checkpoint built here, the
 one-line error printer, and real `DistMatchSFTTrainer` runs with non-finite values injected into a tiny model.
 Runs in `.venv` (TRL 1.16) and `.venv-axolotl` (TRL 1.9): marker `trl_trainer`.

