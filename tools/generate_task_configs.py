@@ -37,9 +37,16 @@ LM_EVAL_DIR = Path("eval_tasks/lm_eval_tasks")
 OC_DATASETS_DIR = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 OC_SUMMARIZERS_DIR = Path("eval_tasks/opencompass_configs/summarizers")
 
-#: The group score of ``distmatch_nlu``: the unweighted mean of the task scores, for these metrics.
-GROUP_METRICS = ("acc", "acc_ppl")
-GROUP_WEIGHT_BY_SIZE = "false"
+#: The group score of ``distmatch_nlu``: the unweighted mean of the task scores (``weight_by_size: false``).
+GROUP_AGGREGATION = """\
+aggregate_metric_list:
+  - metric: acc
+    aggregation: mean
+    weight_by_size: false
+  - metric: acc_ppl
+    aggregation: mean
+    weight_by_size: false
+"""
 
 #: OpenCompass's TopK retriever as the EMO paper ran it (OpenICL defaults of the EMO code).
 OC_ICE_NUM = 8
@@ -85,10 +92,6 @@ def lm_eval_task_yaml(spec: nlu.ClassificationSpec) -> str:
 
 def lm_eval_group_yaml() -> str:
     tasks = "".join(f"  - {name}\n" for name in nlu.NLU_TASK_NAMES)
-    metrics = "".join(
-        f"  - metric: {metric}\n    aggregation: mean\n    weight_by_size: {GROUP_WEIGHT_BY_SIZE}\n"
-        for metric in GROUP_METRICS
-    )
     return (
         _header("#")
         + f"# The EMO paper's language-understanding suite (Table 3): the {len(nlu.ICL_TASKS)} retrieval tasks and "
@@ -105,8 +108,7 @@ def lm_eval_group_yaml() -> str:
         "group: distmatch_nlu\n"
         "task:\n"
         f"{tasks}"
-        "aggregate_metric_list:\n"
-        f"{metrics}"
+        f"{GROUP_AGGREGATION}"
         "metadata:\n"
         "  version: 1.0\n"
     )
