@@ -16,7 +16,12 @@ MAX_README_LINES = 250
 #: The pages whose links are checked: the front page, every page under docs/ and the task folders' READMEs
 #: (docs/demo/ also holds the demo's generated output, whose files are not pages).
 PAGES = sorted(
-    {REPO / "README.md", *(REPO / "docs").glob("*.md"), REPO / "docs" / "demo" / "README.md"},
+    {
+        REPO / "README.md",
+        *(REPO / "docs").glob("*.md"),
+        REPO / "docs" / "demo" / "README.md",
+        *(REPO / "eval_tasks").glob("*/README.md"),
+    },
 )
 
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
