@@ -42,7 +42,7 @@ VENV_OC ?= .venv-opencompass
 # The name is fixed: checks outside this repository use it.
 VENV_AXOLOTL_LATEST := .venv-axolotl-latest
 
-# Versions of the framework venvs (see README "Environments" for why each pin is there).
+# Versions of the framework venvs (see docs/development.md "Environments" for why each pin is there).
 # DeepSpeed for ZeRO-2/3 in both Axolotl venvs (as in `.venv` through the dev extra). Axolotl 0.19's own `deepspeed`
 # extra asks for <0.19; 0.19.8 imports and `pip check` stays clean (extras are not checked).
 DEEPSPEED_REQ := deepspeed==0.19.8
@@ -200,7 +200,7 @@ clean:
 # ---------------------------------------------------------------------------------------------------------
 # Demo, lint, tests
 
-# CE vs GEM vs EMO on SmolLM2-135M-Instruct (examples/demo/run_demo.py; README "Demo"). Scale it with DEMO_*
+# CE vs GEM vs EMO on SmolLM2-135M-Instruct (examples/demo/run_demo.py; docs/demo/README.md). Scale it with DEMO_*
 # variables, e.g. `make demo DEMO_STEPS=200 DEMO_PROMPTS=48 DEMO_SAMPLES=16`; the loss benchmark is
 # `$(VENV)/bin/python benchmarks/bench_losses.py --quick`.
 demo: $(CORE_STAMP)

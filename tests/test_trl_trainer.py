@@ -1,4 +1,4 @@
-"""`DistMatchSFTTrainer` / `DistMatchSFTConfig` through TRL's real `SFTTrainer` on CPU (issue 3).
+"""`DistMatchSFTTrainer` / `DistMatchSFTConfig` through TRL's real `SFTTrainer` on CPU.
 
 Tiny random Llamas built in code, local JSONL, no mocks, offline. Runs in `.venv` (TRL 1.16) and in
 `.venv-axolotl` (TRL 1.9): the `trl_trainer` marker selects this module in both (see the Makefile).
@@ -559,7 +559,7 @@ def test_lora_on_lm_head_uses_logits_path(models, data, loss):
 
 
 def test_trainer_with_lora_on_lm_head_trains_through_logits_path(models, data, tmp_path):
-    """Issue 3: PEFT on `lm_head` is a documented logits-path case, so the trainer must accept and train it."""
+    """PEFT on `lm_head` is a documented logits-path case (docs/distributed.md), so the trainer must accept and train it."""
     config = lora_config(["q_proj", "v_proj", "lm_head"])
     trainer = make_trainer(
         models["plain"], data, tmp_path, loss="gem_ls", trainer_kwargs={"peft_config": config}
