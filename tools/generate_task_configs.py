@@ -25,6 +25,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from string import Template
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script from anywhere: import this checkout's eval_tasks
@@ -37,21 +38,177 @@ LM_EVAL_DIR = Path("eval_tasks/lm_eval_tasks")
 OC_DATASETS_DIR = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 OC_SUMMARIZERS_DIR = Path("eval_tasks/opencompass_configs/summarizers")
 
-#: The group score of ``distmatch_nlu``: the unweighted mean of the task scores (``weight_by_size: false``).
-GROUP_AGGREGATION = """\
-aggregate_metric_list:
+#: OpenCompass's TopK retriever as the EMO paper ran it (OpenICL defaults of the EMO code).
+OC_ICE_NUM = 8
+OC_RETRIEVER_MODEL = "sentence-transformers/all-mpnet-base-v2"
+OC_RETRIEVER_TOKENIZER = "gpt2-xl"
+LINE_LENGTH = 110  # pyproject.toml's ruff line length: generated code is wrapped as `ruff format` would
+
+# The files' text with `${name}` placeholders (`$$` is a literal `$`).
+
+LM_EVAL_TASK = Template("""\
+# EMO paper in-context NLU task (section 4.2, appendix A.4); data, labels and templates: eval_tasks/nlu.py.
+task: ${task}
+tag: distmatch_icl
+include: _icl_template_yaml
+dataset_kwargs:
+  distmatch_task: ${key}
+""")
+
+#: The group score is the unweighted mean of the task scores (`weight_by_size: false`).
+LM_EVAL_GROUP = Template("""\
+# The EMO paper's language-understanding suite (Table 3): the ${n_icl} retrieval tasks and MMLU. The group score is
+# the unweighted mean of the ${n_tasks} task accuracies (the paper's "average over 8 datasets"), for `acc` (most likely
+# prompt) and `acc_ppl` (lowest per-token perplexity, the paper's OpenICL rule). MMLU is a single task,
+# so it counts once (a group of 57 subject tasks would dominate lm-eval's leaf-level average).
+# --metadata '{"protocol": "emo_official"}' runs the protocol behind the paper's Table 3 (the EMO code's templates,
+# OpenICL's text round trip and perplexity normalisation, MMLU averaged over its subjects): the paper's number is
+# then this group's acc_ppl (eval_tasks/protocols.py).
+group: distmatch_nlu
+task:
+${task_list}aggregate_metric_list:
   - metric: acc
     aggregation: mean
     weight_by_size: false
   - metric: acc_ppl
     aggregation: mean
     weight_by_size: false
+metadata:
+  version: 1.0
+""")
+
+OC_TASK = Template('''\
+"""EMO in-context NLU: ${task} - TopK retriever (${ice_num} demonstrations, most similar first) + PPL per label.
+
+Data: ${path}${config} at revision ${revision}, test split ${test_split}, demonstrations from ${pool_split}
+(eval_tasks.opencompass_ext.DistMatchICLDataset; $$DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies).
+Templates: the EMO paper's Table 5 (eval_tasks.nlu, variant "paper"), keyed by the dataset's label ids.
 """
 
-#: OpenCompass's TopK retriever as the EMO paper ran it (OpenICL defaults of the EMO code).
-OC_ICE_NUM = 8
-OC_RETRIEVER_MODEL = "sentence-transformers/all-mpnet-base-v2"
-OC_RETRIEVER_TOKENIZER = "gpt2-xl"
+from opencompass.openicl.icl_evaluator import AccEvaluator
+from opencompass.openicl.icl_inferencer import PPLInferencer
+from opencompass.openicl.icl_prompt_template import PromptTemplate
+from opencompass.openicl.icl_retriever import TopkRetriever
+
+from eval_tasks.opencompass_ext import DistMatchICLDataset
+
+${pool_comment}${var} = {
+${template_entries}}
+
+distmatch_${key}_datasets = [
+    dict(
+        abbr="${task}",
+        type=DistMatchICLDataset,
+        task="${key}",
+        reader_cfg=dict(
+            input_columns=["${text_field}"], output_column="${label_field}", train_split="train", test_split="test"
+        ),
+        infer_cfg=dict(
+${ice_template}
+            retriever=dict(
+                type=TopkRetriever,
+                ice_num=${ice_num},
+                sentence_transformers_model_name="${retriever_model}",
+                tokenizer_name="${retriever_tokenizer}",
+            ),
+            inferencer=dict(type=PPLInferencer),
+        ),
+        eval_cfg=dict(evaluator=dict(type=AccEvaluator)),
+    )
+]
+''')
+
+OC_SUITE = Template('''\
+"""The EMO paper's language-understanding suite (Table 3) for OpenCompass: ${n_icl} retrieval tasks + MMLU (5-shot PPL).
+
+``opencompass --datasets distmatch_nlu_topk_ppl --config-dir "$$(python -m eval_tasks.opencompass_configs)" ...``
+or, in a config, ``from eval_tasks.opencompass_configs.datasets.distmatch.distmatch_nlu_topk_ppl import
+distmatch_nlu_datasets`` inside ``read_base()``. Use a base model (``--hf-type base``): the prompts are scored as
+plain text. The summarizer ``eval_tasks.opencompass_configs.summarizers.distmatch_nlu`` adds the MMLU subject
+average and the ${n_tasks}-task average.
+"""
+
+from mmengine.config import read_base
+
+with read_base():
+    # Aliases without the `_datasets` suffix: OpenCompass collects every `*_datasets` variable of this file.
+${imports}
+distmatch_nlu_datasets = [${members}]
+''')
+
+OC_EMO_CODE_SUITE = Template('''\
+"""The EMO paper's Table 3 protocol: the ${n_icl} retrieval tasks with the EMO repository's templates (``icl.py``), plus MMLU.
+
+Same data and scoring as ``distmatch_nlu_topk_ppl``; dataset abbreviations end in ``_emo_code``. The strings are
+eval_tasks.nlu's ``emo_code`` variant. The retriever is ``DistMatchTopkRetriever``:
+OpenCompass's TopkRetriever with OpenICL's clean-up of tokenization spaces in its GPT-2 round trip (see
+eval_tasks.opencompass_ext). With the summarizer ``distmatch_nlu_emo_code`` this is the counterpart of the lm-eval
+``--metadata '{"protocol": "emo_official"}'``.
+"""
+
+from mmengine.config import read_base
+
+from eval_tasks.opencompass_ext import DistMatchTopkRetriever
+
+with read_base():
+    from .distmatch_nlu_topk_ppl import distmatch_nlu_datasets as _paper
+
+_emo_code_templates = {
+${template_blocks}}
+
+# (No `import copy`: mmengine turns imports in a read_base() config into lazy placeholders; plain dicts only.)
+distmatch_nlu_emo_code_datasets = []
+for _dataset in _paper:
+    if _dataset["abbr"] in _emo_code_templates:
+        _infer = _dataset["infer_cfg"]
+        _dataset = dict(
+            _dataset,
+            abbr=_dataset["abbr"] + "_emo_code",
+            infer_cfg=dict(
+                _infer,
+                ice_template=dict(_infer["ice_template"], template=_emo_code_templates[_dataset["abbr"]]),
+                retriever=dict(_infer["retriever"], type=DistMatchTopkRetriever),
+            ),
+        )
+    distmatch_nlu_emo_code_datasets.append(_dataset)
+
+del _dataset
+''')
+
+OC_SUMMARIZER_DOC = Template('''\
+"""Summarizer for ``distmatch_nlu_topk_ppl``: per-task accuracy, MMLU (mean of its 57 subjects, OpenCompass's usual
+MMLU number) and ``distmatch_nlu`` = the unweighted mean of the ${n_tasks} task accuracies (the EMO paper's average)."""
+''')
+
+OC_EMO_CODE_SUMMARIZER_DOC = Template('''\
+"""Summarizer for ``distmatch_nlu_emo_code_topk_ppl`` (the EMO paper's Table 3 protocol in OpenCompass).
+
+OpenCompass's ``TopkRetriever`` (OpenICL's, with its GPT-2 text round trip before embedding) and ``PPLInferencer``
+(OpenICL's mean over the prompt's tokens counted with the tokenizer's special tokens) already are the EMO
+protocol; with the EMO repository's templates (the ``_emo_code`` datasets) this summary is the counterpart of the
+lm-eval group ``distmatch_nlu`` run with ``--metadata '{"protocol": "emo_official"}'``: per-task accuracy, MMLU as
+the mean of its 57 subjects, and ``distmatch_nlu_emo_code`` = the unweighted mean of the ${n_tasks} task accuracies.
+"""
+''')
+
+OC_SUMMARIZER = Template("""\
+${docstring}
+from mmengine.config import read_base
+
+with read_base():
+    from ..datasets.distmatch.distmatch_mmlu_ppl import distmatch_mmlu_subjects as _subjects
+
+_icl = [
+${icl_list}]
+
+summarizer = dict(
+    dataset_abbrs=["${name}", *_icl, "${mmlu}"],
+    summary_groups=[
+        dict(name="${mmlu}", subsets=[f"${mmlu}_{s}" for s in _subjects]),
+        dict(name="${name}", subsets=[*_icl, "${mmlu}"]),
+    ],
+)
+""")
 
 
 def _header(comment: str) -> str:
@@ -74,44 +231,21 @@ def _oc_template(spec: nlu.ClassificationSpec, variant: str) -> dict[int, str]:
     }
 
 
+def _counts() -> dict[str, int]:
+    return {"n_icl": len(nlu.ICL_TASKS), "n_tasks": len(nlu.NLU_TASK_NAMES)}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # lm-eval
 
 
 def lm_eval_task_yaml(spec: nlu.ClassificationSpec) -> str:
-    return (
-        _header("#")
-        + "# EMO paper in-context NLU task (section 4.2, appendix A.4); data, labels and templates: eval_tasks/nlu.py.\n"
-        f"task: {spec.task}\n"
-        "tag: distmatch_icl\n"
-        "include: _icl_template_yaml\n"
-        "dataset_kwargs:\n"
-        f"  distmatch_task: {spec.key}\n"
-    )
+    return _header("#") + LM_EVAL_TASK.substitute(task=spec.task, key=spec.key)
 
 
 def lm_eval_group_yaml() -> str:
-    tasks = "".join(f"  - {name}\n" for name in nlu.NLU_TASK_NAMES)
-    return (
-        _header("#")
-        + f"# The EMO paper's language-understanding suite (Table 3): the {len(nlu.ICL_TASKS)} retrieval tasks and "
-        "MMLU. The group score is\n"
-        f"# the unweighted mean of the {len(nlu.NLU_TASK_NAMES)} task accuracies (the paper's \"average over "
-        f'{len(nlu.NLU_TASK_NAMES)} datasets"), for `acc` (most likely\n'
-        "# prompt) and `acc_ppl` (lowest per-token perplexity, the paper's OpenICL rule). MMLU is a single task,\n"
-        "# so it counts once (a group of 57 subject tasks would dominate lm-eval's leaf-level average).\n"
-        '# --metadata \'{"protocol": "emo_official"}\' runs the protocol behind the paper\'s Table 3 (the EMO '
-        "code's templates,\n"
-        "# OpenICL's text round trip and perplexity normalisation, MMLU averaged over its subjects): the paper's "
-        "number is\n"
-        "# then this group's acc_ppl (eval_tasks/protocols.py).\n"
-        "group: distmatch_nlu\n"
-        "task:\n"
-        f"{tasks}"
-        f"{GROUP_AGGREGATION}"
-        "metadata:\n"
-        "  version: 1.0\n"
-    )
+    task_list = "".join(f"  - {name}\n" for name in nlu.NLU_TASK_NAMES)
+    return _header("#") + LM_EVAL_GROUP.substitute(task_list=task_list, **_counts())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -124,62 +258,36 @@ def oc_task_config(spec: nlu.ClassificationSpec) -> str:
         f"    {i}: {_py_str(template)},  # {spec.labels[i]}\n"
         for i, template in _oc_template(spec, "paper").items()
     )
-    ice_template = f'            ice_template=dict(type=PromptTemplate, ice_token="</E>", template={var}),\n'
-    if len(ice_template) > 111:  # 110 columns + newline: wrapped as ruff format does
+    ice_template = f'            ice_template=dict(type=PromptTemplate, ice_token="</E>", template={var}),'
+    if len(ice_template) > LINE_LENGTH:
         ice_template = (
             "            ice_template=dict(\n"
             f'                type=PromptTemplate, ice_token="</E>", template={var}\n'
-            "            ),\n"
+            "            ),"
         )
-    pool = ""
+    pool_comment = ""
     if spec.pool_split != "train":
-        pool = f"# Demonstration pool: {spec.pool_split!r} (a slice of the training split, eval_tasks/nlu.py), applied by the loader.\n"
-    return (
-        _header("#")
-        + f'"""EMO in-context NLU: {spec.task} - TopK retriever ({OC_ICE_NUM} demonstrations, most similar first) '
-        "+ PPL per label.\n"
-        "\n"
-        f"Data: {spec.path}"
-        + (f" (config {spec.name!r})" if spec.name else "")
-        + f" at revision {spec.revision!r}, test split {spec.test_split!r}, demonstrations from {spec.pool_split!r}\n"
-        "(eval_tasks.opencompass_ext.DistMatchICLDataset; $DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies).\n"
-        "Templates: the EMO paper's Table 5 (eval_tasks.nlu, variant \"paper\"), keyed by the dataset's label ids.\n"
-        '"""\n'
-        "\n"
-        "from opencompass.openicl.icl_evaluator import AccEvaluator\n"
-        "from opencompass.openicl.icl_inferencer import PPLInferencer\n"
-        "from opencompass.openicl.icl_prompt_template import PromptTemplate\n"
-        "from opencompass.openicl.icl_retriever import TopkRetriever\n"
-        "\n"
-        "from eval_tasks.opencompass_ext import DistMatchICLDataset\n"
-        "\n"
-        f"{pool}"
-        f"{var} = {{\n"
-        f"{entries}"
-        "}\n"
-        "\n"
-        f"distmatch_{spec.key}_datasets = [\n"
-        "    dict(\n"
-        f'        abbr="{spec.task}",\n'
-        "        type=DistMatchICLDataset,\n"
-        f'        task="{spec.key}",\n'
-        "        reader_cfg=dict(\n"
-        f'            input_columns=["{spec.text_field}"], output_column="{spec.label_field}", '
-        'train_split="train", test_split="test"\n'
-        "        ),\n"
-        "        infer_cfg=dict(\n"
-        f"{ice_template}"
-        "            retriever=dict(\n"
-        "                type=TopkRetriever,\n"
-        f"                ice_num={OC_ICE_NUM},\n"
-        f'                sentence_transformers_model_name="{OC_RETRIEVER_MODEL}",\n'
-        f'                tokenizer_name="{OC_RETRIEVER_TOKENIZER}",\n'
-        "            ),\n"
-        "            inferencer=dict(type=PPLInferencer),\n"
-        "        ),\n"
-        "        eval_cfg=dict(evaluator=dict(type=AccEvaluator)),\n"
-        "    )\n"
-        "]\n"
+        pool_comment = (
+            f"# Demonstration pool: {spec.pool_split!r} (a slice of the training split, eval_tasks/nlu.py), "
+            "applied by the loader.\n"
+        )
+    return _header("#") + OC_TASK.substitute(
+        task=spec.task,
+        key=spec.key,
+        path=spec.path,
+        config=f" (config {spec.name!r})" if spec.name else "",
+        revision=repr(spec.revision),
+        test_split=repr(spec.test_split),
+        pool_split=repr(spec.pool_split),
+        pool_comment=pool_comment,
+        var=var,
+        template_entries=entries,
+        text_field=spec.text_field,
+        label_field=spec.label_field,
+        ice_template=ice_template,
+        ice_num=OC_ICE_NUM,
+        retriever_model=OC_RETRIEVER_MODEL,
+        retriever_tokenizer=OC_RETRIEVER_TOKENIZER,
     )
 
 
@@ -190,36 +298,12 @@ def _suite_members() -> list[tuple[str, str]]:
 
 
 def oc_suite_config() -> str:
-    by_module = sorted(_suite_members())  # isort order
     imports = "".join(
         f"    from .{module} import {module.removesuffix('_ppl').removesuffix('_topk')}_datasets as {alias}\n"
-        for module, alias in by_module
+        for module, alias in sorted(_suite_members())  # isort's order
     )
     members = ", ".join(f"*{alias}" for _, alias in _suite_members())
-    return (
-        _header("#")
-        + f'"""The EMO paper\'s language-understanding suite (Table 3) for OpenCompass: {len(nlu.ICL_TASKS)} '
-        "retrieval tasks + MMLU (5-shot PPL).\n"
-        "\n"
-        '``opencompass --datasets distmatch_nlu_topk_ppl --config-dir "$(python -m eval_tasks.opencompass_configs)" '
-        "...``\n"
-        "or, in a config, ``from eval_tasks.opencompass_configs.datasets.distmatch.distmatch_nlu_topk_ppl import\n"
-        "distmatch_nlu_datasets`` inside ``read_base()``. Use a base model (``--hf-type base``): the prompts are "
-        "scored as\n"
-        "plain text. The summarizer ``eval_tasks.opencompass_configs.summarizers.distmatch_nlu`` adds the MMLU "
-        "subject\n"
-        f"average and the {len(nlu.NLU_TASK_NAMES)}-task average.\n"
-        '"""\n'
-        "\n"
-        "from mmengine.config import read_base\n"
-        "\n"
-        "with read_base():\n"
-        "    # Aliases without the `_datasets` suffix: OpenCompass collects every `*_datasets` variable of this "
-        "file.\n"
-        f"{imports}"
-        "\n"
-        f"distmatch_nlu_datasets = [{members}]\n"
-    )
+    return _header("#") + OC_SUITE.substitute(imports=imports, members=members, **_counts())
 
 
 def oc_emo_code_suite_config() -> str:
@@ -227,111 +311,28 @@ def oc_emo_code_suite_config() -> str:
     for spec in nlu.ICL_TASKS.values():
         items = [f"{i}: {_py_str(t)}" for i, t in _oc_template(spec, "emo_code").items()]
         one_line = f'    "{spec.task}": {{{", ".join(items)}}},'
-        if len(one_line) <= 110:
+        if len(one_line) <= LINE_LENGTH:
             blocks.append(one_line + "\n")
         else:
             blocks.append(
                 f'    "{spec.task}": {{\n' + "".join(f"        {item},\n" for item in items) + "    },\n"
             )
-    return (
-        _header("#")
-        + f'"""The EMO paper\'s Table 3 protocol: the {len(nlu.ICL_TASKS)} retrieval tasks with the EMO '
-        "repository's templates (``icl.py``), plus MMLU.\n"
-        "\n"
-        "Same data and scoring as ``distmatch_nlu_topk_ppl``; dataset abbreviations end in ``_emo_code``. The "
-        "strings are\n"
-        "eval_tasks.nlu's ``emo_code`` variant. The retriever is ``DistMatchTopkRetriever``:\n"
-        "OpenCompass's TopkRetriever with OpenICL's clean-up of tokenization spaces in its GPT-2 round trip (see\n"
-        "eval_tasks.opencompass_ext). With the summarizer ``distmatch_nlu_emo_code`` this is the counterpart of the "
-        "lm-eval\n"
-        '``--metadata \'{"protocol": "emo_official"}\'``.\n'
-        '"""\n'
-        "\n"
-        "from mmengine.config import read_base\n"
-        "\n"
-        "from eval_tasks.opencompass_ext import DistMatchTopkRetriever\n"
-        "\n"
-        "with read_base():\n"
-        "    from .distmatch_nlu_topk_ppl import distmatch_nlu_datasets as _paper\n"
-        "\n"
-        "_emo_code_templates = {\n"
-        f"{''.join(blocks)}"
-        "}\n"
-        "\n"
-        "# (No `import copy`: mmengine turns imports in a read_base() config into lazy placeholders; plain dicts "
-        "only.)\n"
-        "distmatch_nlu_emo_code_datasets = []\n"
-        "for _dataset in _paper:\n"
-        '    if _dataset["abbr"] in _emo_code_templates:\n'
-        '        _infer = _dataset["infer_cfg"]\n'
-        "        _dataset = dict(\n"
-        "            _dataset,\n"
-        '            abbr=_dataset["abbr"] + "_emo_code",\n'
-        "            infer_cfg=dict(\n"
-        "                _infer,\n"
-        '                ice_template=dict(_infer["ice_template"], template=_emo_code_templates[_dataset["abbr"]]),\n'
-        '                retriever=dict(_infer["retriever"], type=DistMatchTopkRetriever),\n'
-        "            ),\n"
-        "        )\n"
-        "    distmatch_nlu_emo_code_datasets.append(_dataset)\n"
-        "\n"
-        "del _dataset\n"
-    )
+    return _header("#") + OC_EMO_CODE_SUITE.substitute(template_blocks="".join(blocks), **_counts())
 
 
-def _summarizer(name: str, suffix: str, docstring: str) -> str:
-    icl = "".join(f'    "{spec.task}{suffix}",\n' for spec in nlu.ICL_TASKS.values())
-    return (
-        _header("#") + docstring + "\n"
-        "from mmengine.config import read_base\n"
-        "\n"
-        "with read_base():\n"
-        "    from ..datasets.distmatch.distmatch_mmlu_ppl import distmatch_mmlu_subjects as _subjects\n"
-        "\n"
-        "_icl = [\n"
-        f"{icl}"
-        "]\n"
-        "\n"
-        "summarizer = dict(\n"
-        f'    dataset_abbrs=["{name}", *_icl, "{nlu.MMLU.task}"],\n'
-        "    summary_groups=[\n"
-        f'        dict(name="{nlu.MMLU.task}", subsets=[f"{nlu.MMLU.task}_{{s}}" for s in _subjects]),\n'
-        f'        dict(name="{name}", subsets=[*_icl, "{nlu.MMLU.task}"]),\n'
-        "    ],\n"
-        ")\n"
+def _summarizer(name: str, suffix: str, docstring: Template) -> str:
+    icl_list = "".join(f'    "{spec.task}{suffix}",\n' for spec in nlu.ICL_TASKS.values())
+    return _header("#") + OC_SUMMARIZER.substitute(
+        docstring=docstring.substitute(**_counts()), icl_list=icl_list, name=name, mmlu=nlu.MMLU.task
     )
 
 
 def oc_summarizer() -> str:
-    n = len(nlu.NLU_TASK_NAMES)
-    return _summarizer(
-        "distmatch_nlu",
-        "",
-        '"""Summarizer for ``distmatch_nlu_topk_ppl``: per-task accuracy, MMLU (mean of its 57 subjects, '
-        "OpenCompass's usual\n"
-        f"MMLU number) and ``distmatch_nlu`` = the unweighted mean of the {n} task accuracies (the EMO paper's "
-        'average)."""\n',
-    )
+    return _summarizer("distmatch_nlu", "", OC_SUMMARIZER_DOC)
 
 
 def oc_emo_code_summarizer() -> str:
-    n = len(nlu.NLU_TASK_NAMES)
-    return _summarizer(
-        "distmatch_nlu_emo_code",
-        "_emo_code",
-        '"""Summarizer for ``distmatch_nlu_emo_code_topk_ppl`` (the EMO paper\'s Table 3 protocol in OpenCompass).\n'
-        "\n"
-        "OpenCompass's ``TopkRetriever`` (OpenICL's, with its GPT-2 text round trip before embedding) and "
-        "``PPLInferencer``\n"
-        "(OpenICL's mean over the prompt's tokens counted with the tokenizer's special tokens) already are the EMO\n"
-        "protocol; with the EMO repository's templates (the ``_emo_code`` datasets) this summary is the counterpart "
-        "of the\n"
-        'lm-eval group ``distmatch_nlu`` run with ``--metadata \'{"protocol": "emo_official"}\'``: per-task '
-        "accuracy, MMLU as\n"
-        f"the mean of its 57 subjects, and ``distmatch_nlu_emo_code`` = the unweighted mean of the {n} task "
-        "accuracies.\n"
-        '"""\n',
-    )
+    return _summarizer("distmatch_nlu_emo_code", "_emo_code", OC_EMO_CODE_SUMMARIZER_DOC)
 
 
 # ---------------------------------------------------------------------------------------------------------
