@@ -78,7 +78,7 @@ AND_MULTIPROCESS := and not multiprocess
 else
 AND_MULTIPROCESS :=
 endif
-LOSS_TESTS = $(wildcard tests/test_losses*.py)
+LOSS_TESTS := tests/losses
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env
 
 .PHONY: help demo test mutants lint format configs venvs clean-venvs clean test-core test-axolotl test-opencompass \
@@ -233,9 +233,7 @@ test-core: $(CORE_STAMP)
 # stack.
 test-axolotl: $(AXO_STAMP)
 	$(call pytest_run,$(VENV_AXOLOTL),(axolotl_env or trl_trainer or trl_cli))
-ifneq ($(LOSS_TESTS),)
 	$(call pytest_run,$(VENV_AXOLOTL),not opencompass_env,$(LOSS_TESTS))
-endif
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)

@@ -2,8 +2,8 @@
 
 The per-task lm-eval YAMLs, the group `distmatch_nlu.yaml`, the OpenCompass `*_topk_ppl.py` files, the two suites
 and the two summarizers are written from `eval_tasks/nlu.py`'s task table; `--check` compares the committed files
-with what the script would write. What the files *do* is tested by tests/test_lm_eval_tasks.py and
-tests/test_opencompass_configs.py.
+with what the script would write. What the files *do* is tested by tests/eval/test_lm_eval_tasks.py and
+tests/eval/opencompass/test_configs.py.
 """
 
 from __future__ import annotations

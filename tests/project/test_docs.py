@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.env import REPO_ROOT
+
+REPO = REPO_ROOT
 MAX_README_LINES = 250
 
 #: The pages whose links are checked: the front page, every page under docs/ and the task folders' READMEs

@@ -3,7 +3,7 @@ head partitioned, and the loss and every parameter's gradient equal the unsharde
 untied and tied embeddings; so does the logits path. EMO's frozen cost embedding is the whole pre-trained head on
 every rank; a live one is refused.
 
-One `torchrun` launch (`tests/zero3_worker.py`, `deepspeed.initialize` directly; ~40 s on 2 cores, plus ~30 s the
+One `torchrun` launch (`tests/helpers/zero3_worker.py`, `deepspeed.initialize` directly; ~40 s on 2 cores, plus ~30 s the
 first time DeepSpeed compiles its shared-memory op on a machine). The DeepSpeed command lines (`trl sft`,
 `axolotl train`) are tested elsewhere; this checks the gradients themselves.
 """
@@ -13,9 +13,10 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from dist_common import LOSS_CASES, WORLD, torchrun
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+from tests.helpers.dist_common import LOSS_CASES, WORLD, torchrun
+
+pytestmark = pytest.mark.slow  # multiprocess: tests/conftest.py FOLDER_MARKERS
 TOL = 1e-5  # float32 under DeepSpeed against the float64 reference (measured: < 1e-6)
 
 

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_model import build_tiny_llama
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers.env import REPO_ROOT
+from tests.helpers.tiny_model import build_tiny_llama
+
 pytestmark = pytest.mark.slow
 
 
@@ -26,7 +27,7 @@ def _run(args: list[str], out: Path) -> dict:
         capture_output=True,
         text=True,
         env=env,
-        cwd=REPO,
+        cwd=REPO_ROOT,
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -82,7 +83,7 @@ def test_training_benchmark_rejects_bad_input(tmp_path):
         (["--steps", "2", "--warmup-steps", "2"], "--steps must be larger than --warmup-steps"),
     ):
         proc = subprocess.run([sys.executable, "benchmarks/bench_trl_training.py", *args], capture_output=True,
-                              text=True, cwd=REPO, timeout=300)  # fmt: skip
+                              text=True, cwd=REPO_ROOT, timeout=300)  # fmt: skip
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
 
 

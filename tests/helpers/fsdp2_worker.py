@@ -1,4 +1,4 @@
-"""FSDP2 worker: `torchrun --nproc_per_node 2 tests/fsdp2_worker.py OUT_DIR` (CPU, gloo, float64).
+"""FSDP2 worker: `torchrun --nproc_per_node 2 tests/helpers/fsdp2_worker.py OUT_DIR` (CPU, gloo, float64).
 
 For each sharding layout and each loss case, on both paths (fused and logits), one forward + backward of a tiny
 Llama through the patched forward (`trl_ext.model_forward`), sharded with `torch.distributed.fsdp.fully_shard`;
@@ -29,10 +29,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[2])
+)  # the repository root: `tests.helpers`, `trl_ext`
 
-from dist_common import (  # noqa: E402
+from tests.helpers.dist_common import (  # noqa: E402
     LOSS_CASES,
     HeadCallCounter,
     build_model,
@@ -40,7 +41,6 @@ from dist_common import (  # noqa: E402
     rank_batch,
     reference_results,
 )
-
 from trl_ext.model_forward import (  # noqa: E402
     LossRequest,
     frozen_head_copy,

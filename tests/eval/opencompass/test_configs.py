@@ -18,14 +18,12 @@ from typing import Any
 import pytest
 
 from eval_tasks import nlu
+from tests.helpers.env import REPO_ROOT
+from tests.helpers.eval_fixtures import MMLU_SUBJECTS, write_eval_data
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval_fixtures import MMLU_SUBJECTS, write_eval_data  # noqa: E402
+pytestmark = pytest.mark.slow  # opencompass_env: tests/conftest.py FOLDER_MARKERS
 
-pytestmark = [pytest.mark.opencompass_env, pytest.mark.slow]
-
-REPO = Path(__file__).resolve().parent.parent
-CONFIGS = REPO / "eval_tasks" / "opencompass_configs"
+CONFIGS = REPO_ROOT / "eval_tasks" / "opencompass_configs"
 DATASETS = CONFIGS / "datasets" / "distmatch"
 
 
@@ -84,7 +82,7 @@ def test_every_config_parses_with_one_datasets_list() -> None:
 
 def test_example_configs_parse() -> None:
     pytest.importorskip("opencompass")
-    examples = REPO / "examples" / "opencompass"
+    examples = REPO_ROOT / "examples" / "opencompass"
     nlu_cfg = _config(examples / "eval_distmatch_nlu.py")
     assert (
         len(nlu_cfg["datasets"]) == 7 + 57

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny_model import build_tiny_llama
 
-REPO = Path(__file__).resolve().parent.parent
-DEMO_DIR = REPO / "examples" / "demo"
-REPRODUCE_DIR = REPO / "examples" / "reproduce"
+from tests.helpers.env import REPO_ROOT
+from tests.helpers.tiny_model import build_tiny_llama
+
+DEMO_DIR = REPO_ROOT / "examples" / "demo"
+REPRODUCE_DIR = REPO_ROOT / "examples" / "reproduce"
 LOSSES = ("ce", "gem_ls", "emo")
 
 
@@ -258,7 +259,7 @@ def test_recipes_exist_and_parse() -> None:
             configs = re.findall(
                 r"examples/axolotl/[\w.-]+\.yaml", text
             )  # the Axolotl configs it trains with
-            assert configs and all((REPO / c).is_file() for c in configs), configs
+            assert configs and all((REPO_ROOT / c).is_file() for c in configs), configs
     emo = (REPRODUCE_DIR / "emo_wikitext103_nlu.sh").read_text(encoding="utf-8")
     assert "3) TABLE_CONFIG=examples/axolotl/llama-7b-wikitext103-emo.yaml TABLE_MODEL=llama-7b" in emo
     assert "6) TABLE_CONFIG=examples/axolotl/llama2-7b-wikitext103-emo.yaml TABLE_MODEL=llama2-7b" in emo
@@ -296,6 +297,6 @@ def test_recipe_dry_run(script: Path, tmp_path: Path) -> None:
 
 
 def test_make_demo_runs_the_demo() -> None:
-    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
     recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert "examples/demo/run_demo.py" in recipe

@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO-3 worker: `torchrun --nproc_per_node 2 tests/zero3_worker.py OUT_DIR` (CPU, gloo, float32).
+"""DeepSpeed ZeRO-3 worker: `torchrun --nproc_per_node 2 tests/helpers/zero3_worker.py OUT_DIR` (CPU, gloo, float32).
 
 A tiny Llama (untied and tied embeddings) under `deepspeed.initialize` with ZeRO stage 3 and
 `stage3_param_persistence_threshold: 0` (so the LM head really stays partitioned between uses). For every loss
@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[2])
+)  # the repository root: `tests.helpers`, `trl_ext`
 
-from dist_common import (  # noqa: E402
+from tests.helpers.dist_common import (  # noqa: E402
     LOSS_CASES,
     HeadCallCounter,
     build_model,
@@ -31,7 +32,6 @@ from dist_common import (  # noqa: E402
     rank_batch,
     reference_results,
 )
-
 from trl_ext.model_forward import (  # noqa: E402
     LossRequest,
     frozen_head_copy,

@@ -26,10 +26,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_trl_cli import _free_port, _run, _tail, wheel_venv  # noqa: F401  (wheel_venv is a fixture)
-from tiny_model import build_tiny_llama, write_sft_jsonl
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+from tests.helpers.cli import free_port, run_cli, tail
+from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
+
+pytestmark = pytest.mark.slow  # multiprocess: tests/conftest.py FOLDER_MARKERS
 
 STEPS = 2
 LOCAL_BATCH = 4
@@ -108,7 +109,7 @@ def _extensions_dir() -> str:
 def _train(command: list, assets: dict[str, Path], name: str, loss: str, batch: int, **env: str) -> dict:
     out = assets["root"] / name
     debug = assets["root"] / f"{name}-cost"
-    result = _run(
+    result = run_cli(
         [*command, "--loss", loss, *_args(assets, out, batch)],
         assets["root"],
         timeout=TIMEOUT,
@@ -116,13 +117,13 @@ def _train(command: list, assets: dict[str, Path], name: str, loss: str, batch: 
         TORCH_EXTENSIONS_DIR=_extensions_dir(),
         **env,
     )
-    assert result.returncode == 0, _tail(result)
-    assert "terminate called" not in result.stderr, _tail(result)
+    assert result.returncode == 0, tail(result)
+    assert "terminate called" not in result.stderr, tail(result)
     return {"out": out, "logs": _logs(out), "cost": debug, "stderr": result.stderr}
 
 
 @pytest.fixture(scope="module")
-def single(assets, wheel_venv):  # noqa: F811
+def single(assets, wheel_venv):
     """One process, 8 rows a step: the reference of every multi-process run (one per loss, shared)."""
     runs = {}
 
@@ -143,7 +144,7 @@ def _deepspeed_launch(assets: dict[str, Path], stage: int, processes: int = 2) -
         "--num_processes", str(processes),
         "--use_deepspeed",
         "--deepspeed_config_file", str(assets[f"zero{stage}"]),
-        "--main_process_port", str(_free_port()),
+        "--main_process_port", str(free_port()),
     ]  # fmt: skip
 
 
@@ -170,7 +171,7 @@ def _assert_cost_embedding_is_the_pretrained_head(run: dict, assets: dict[str, P
 
 
 @pytest.mark.parametrize("loss", ["emo", "gem_ls"])
-def test_deepspeed_zero3_distmatch_trl(assets, single, wheel_venv, loss):  # noqa: F811
+def test_deepspeed_zero3_distmatch_trl(assets, single, wheel_venv, loss):
     """`distmatch-trl sft` under ZeRO-3 with the head partitioned: the same steps as one process."""
     run = _train(
         [wheel_venv.distmatch_trl, "sft", *_deepspeed_launch(assets, 3)],
@@ -186,7 +187,7 @@ def test_deepspeed_zero3_distmatch_trl(assets, single, wheel_venv, loss):  # noq
 
 
 @pytest.mark.parametrize("loss", ["emo", "gem_ls"])
-def test_deepspeed_zero2_trl_sft_hook(assets, single, wheel_venv, loss):  # noqa: F811
+def test_deepspeed_zero2_trl_sft_hook(assets, single, wheel_venv, loss):
     """`trl sft` (the activation hook) under ZeRO-2: the same steps as one process."""
     run = _train(
         [wheel_venv.trl, "sft", *_deepspeed_launch(assets, 2)], assets, f"zero2-{loss}", loss, LOCAL_BATCH
@@ -196,28 +197,28 @@ def test_deepspeed_zero2_trl_sft_hook(assets, single, wheel_venv, loss):  # noqa
         _assert_cost_embedding_is_the_pretrained_head(run, assets)
 
 
-def test_deepspeed_zero3_refuses_a_live_cost_embedding(assets, wheel_venv):  # noqa: F811
+def test_deepspeed_zero3_refuses_a_live_cost_embedding(assets, wheel_venv):
     """The live head is read outside its forward, where ZeRO-3 keeps it partitioned: one clear error, no training."""
     out = assets["root"] / "zero3-live"
     command = [wheel_venv.distmatch_trl, "sft", *_deepspeed_launch(assets, 3, processes=1)]
-    result = _run(
+    result = run_cli(
         [*command, "--loss", "emo", "--emo_cost_embedding", "live", *_args(assets, out, LOCAL_BATCH)],
         assets["root"],
         timeout=TIMEOUT,
         TORCH_EXTENSIONS_DIR=_extensions_dir(),
     )
     assert result.returncode != 0
-    assert "emo_cost_embedding='live' reads the LM head outside its forward" in result.stderr, _tail(result)
+    assert "emo_cost_embedding='live' reads the LM head outside its forward" in result.stderr, tail(result)
     assert "use emo_cost_embedding='frozen'" in result.stderr
     assert not list(out.glob("checkpoint-*"))
 
 
-def test_ddp_trl_sft_matches_one_process(assets, single, wheel_venv):  # noqa: F811
+def test_ddp_trl_sft_matches_one_process(assets, single, wheel_venv):
     """`trl sft --multi_gpu` (DDP over gloo): loss, grad norm and trained weights equal one process at 2 x batch."""
     import torch
     from safetensors.torch import load_file
 
-    launch = ["--multi_gpu", "--num_processes", "2", "--main_process_port", str(_free_port())]
+    launch = ["--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port())]
     run = _train([wheel_venv.trl, "sft", *launch], assets, "ddp-gem_ls", "gem_ls", LOCAL_BATCH)
     reference = single("gem_ls")
     _assert_same_steps(run, reference)

@@ -11,6 +11,7 @@ import pytest
 
 from eval_tasks import protocols, retrieval
 from eval_tasks.protocols import PROTOCOLS, TASK_OPTIONS, paper_protocol_check, resolve_options
+from tests.helpers.env import REPO_ROOT
 
 # ---------------------------------------------------------------------------------------------------------
 # OpenICL's GPT-2 decode round trip
@@ -245,7 +246,7 @@ def test_report_marks_paper_comparable_runs(tmp_path: Path) -> None:
 
 
 def test_readme_options_table_lists_every_option() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "docs" / "evaluation.md").read_text(encoding="utf-8")
+    readme = (REPO_ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8")
     table = readme.split("| option (`--metadata` JSON) | env var | default | tasks |", 1)[1].split("\n\n", 1)[
         0
     ]

@@ -13,11 +13,11 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import OFFLINE_ENV, REPO_ROOT
-from project_venv import make_project_like_venv
 
 import distmatch_import_hook
 from distmatch_import_hook import PTH_FILES, install_pth_files
+from tests.helpers.env import OFFLINE_ENV, REPO_ROOT
+from tests.helpers.project_venv import make_project_like_venv
 
 
 def _env(tmp: Path) -> dict[str, str]:

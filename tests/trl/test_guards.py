@@ -20,17 +20,13 @@ import torch
 
 pytest.importorskip("trl")  # not in .venv-opencompass (OpenCompass pins datasets < 4; TRL needs >= 4.7)
 
-from conftest import REPO_ROOT  # noqa: E402
-from tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
-
 from distmatch_import_hook import DistMatchConfigError, _config_errors  # noqa: E402
+from tests.helpers.env import REPO_ROOT  # noqa: E402
+from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
 from trl_ext.checks import check_option_usage  # noqa: E402
 from trl_ext.config import DistMatchSFTConfig  # noqa: E402
 from trl_ext.emo_cost import HUB_ID, check_cost_embedding_source, read_output_embedding  # noqa: E402
 from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS  # noqa: E402
-
-pytestmark = pytest.mark.trl_trainer
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Configuration-time refusals (the TRL config; the Axolotl args run the same functions)

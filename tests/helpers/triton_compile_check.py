@@ -6,7 +6,7 @@ branches, supported syntax) down to PTX and, with the ``ptxas`` bundled in the T
 resource usage (``cuobjdump``, also in the wheel) must show no register spills to local memory. Run with
 TRITON_INTERPRET unset:
 
-    python tests/triton_compile_check.py [sm_capability, default 90]
+    python tests/helpers/triton_compile_check.py [sm_capability, default 90]
 
 Prints one line per variant and exits non-zero on the first failure.
 """
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402

@@ -15,34 +15,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import sysconfig
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import OFFLINE_ENV, REPO_ROOT
-from tiny_model import build_tiny_llama, write_sft_jsonl
 
-pytestmark = pytest.mark.trl_cli
-
-
-#: What the wheel is built from (copied out of the working tree, so that builds never write into it).
-def _wheel_sources() -> list[str]:
-    import tomllib
-
-    setuptools = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    packages = {name.split(".")[0] for name in setuptools["packages"]["find"]["include"]}
-    modules = [f"{name}.py" for name in setuptools.get("py-modules", [])]
-    return ["pyproject.toml", "setup.py", "README.md", *modules, *sorted(packages)]
-
+from tests.helpers.cli import WheelVenv, cli_env, free_port, run_cli, tail
+from tests.helpers.env import REPO_ROOT
+from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
 TIMEOUT = 600
 N_EXAMPLES = 48  # toy conversations; 4 rows per device and step
@@ -159,71 +142,6 @@ def test_hook_knows_every_distmatch_option():
 # A wheel installed into a fresh venv
 
 
-@dataclass
-class WheelVenv:
-    wheel: Path
-    root: Path
-    python: Path
-    site_packages: Path
-    trl: Path  # the `trl` console script (as TRL's own wheel would install it)
-    distmatch_trl: Path  # installed by our wheel
-
-
-@pytest.fixture(scope="session")
-def wheel_venv(tmp_path_factory) -> WheelVenv:
-    base = tmp_path_factory.mktemp("wheel")
-    src = base / "src"
-    for name in _wheel_sources():
-        source = REPO_ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            src.mkdir(exist_ok=True)
-            shutil.copy2(source, src / name)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    subprocess.run(
-        [
-            *pip,
-            "wheel",
-            "--no-deps",
-            "--no-index",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(base / "dist"),
-            str(src),
-        ],
-        check=True,
-        timeout=TIMEOUT,
-    )
-    (wheel,) = (base / "dist").glob("distmatch-*.whl")
-
-    root = base / "v"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=TIMEOUT)
-    python = root / "bin" / "python"
-    # Installed before the venv sees ours: pip then finds no `distmatch` (e.g. our editable one) already there.
-    subprocess.run(
-        [*pip, "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
-        check=True,
-        timeout=TIMEOUT,
-    )
-    site_packages = Path(
-        subprocess.check_output(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
-        ).strip()
-    )
-    # A path line: the running venv's packages (torch, trl, ...) become importable, its .pth files stay unprocessed.
-    # Named to be read before distmatch_trl_hook.pth (alphabetical order), so that PyYAML is importable by then, as
-    # in a real install where it sits in the same site-packages.
-    (site_packages / "_parent_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    trl = root / "bin" / "trl"
-    trl.write_text(
-        f"#!{python}\nimport sys\n\nfrom trl.cli import main\n\nif __name__ == '__main__':\n    sys.exit(main())\n"
-    )
-    trl.chmod(0o755)
-    return WheelVenv(wheel, root, python, site_packages, trl, root / "bin" / "distmatch-trl")
-
-
 def test_wheel_ships_the_hook_at_its_root(wheel_venv):
     with zipfile.ZipFile(wheel_venv.wheel) as wheel:
         names = wheel.namelist()
@@ -237,15 +155,6 @@ def test_wheel_ships_the_hook_at_its_root(wheel_venv):
     assert "distmatch-trl = trl_ext.cli:main" in entry_points
     assert (wheel_venv.site_packages / "distmatch_trl_hook.pth").read_text() == "import distmatch_trl_hook\n"
     assert wheel_venv.distmatch_trl.is_file()
-
-
-def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTMATCH_", "ACCELERATE_", "PYTHON"))}
-    env.update(OFFLINE_ENV)
-    # Own caches: no accelerate default config of this machine, no datasets cache outside the test.
-    env.update(HF_HOME=str(tmp / "hf_home"), DISTMATCH_DEBUG="1", PYTHONUNBUFFERED="1")
-    env.update(extra)
-    return env
 
 
 def test_interpreter_start_stays_inert(wheel_venv, tmp_path):
@@ -269,7 +178,7 @@ def test_interpreter_start_stays_inert(wheel_venv, tmp_path):
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            env=_env(tmp_path, **env),
+            env=cli_env(tmp_path, **env),
             timeout=60,
         )
         assert out.returncode == 0, out.stderr
@@ -291,7 +200,7 @@ def test_interpreter_start_stays_inert(wheel_venv, tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         timeout=60,
     )
     (line,) = [line for line in timing.stderr.splitlines() if re.search(r"\|\s+distmatch_trl_hook$", line)]
@@ -332,37 +241,6 @@ def _train_args(tiny: dict[str, Path], output_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _run(
-    command: list[Path | str], cwd: Path, timeout: float = TIMEOUT, **env: str
-) -> subprocess.CompletedProcess:
-    """Run to completion; on time-out stop the whole process tree (torchrun's workers get SIGTERM from it)."""
-    with subprocess.Popen(
-        [str(c) for c in command],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(cwd, **env),
-        start_new_session=True,
-    ) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                stdout, stderr = process.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                stdout, stderr = process.communicate()
-            out = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-            pytest.fail(f"timed out after {timeout} s\n{_tail(out)}")
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
-def _tail(out: subprocess.CompletedProcess) -> str:
-    return f"rc={out.returncode}\n--- stdout\n{out.stdout[-3000:]}\n--- stderr\n{out.stderr[-6000:]}"
-
-
 def _hook_events(stderr: str) -> list[tuple[int, str]]:
     """(pid, event) for each hook debug line: "active <argv0>" or "patched"."""
     events = []
@@ -398,7 +276,7 @@ def _assert_hook_in_parent_and_child(stderr: str, wheel_venv: WheelVenv) -> None
 
 @pytest.mark.slow
 def test_trl_sft_loss_flags_through_the_hook(wheel_venv, tiny, tmp_path):
-    out = _run(
+    out = run_cli(
         [
             wheel_venv.trl,
             "sft",
@@ -410,7 +288,7 @@ def test_trl_sft_loss_flags_through_the_hook(wheel_venv, tiny, tmp_path):
         ],
         tmp_path,
     )
-    assert out.returncode == 0, _tail(out)
+    assert out.returncode == 0, tail(out)
     _assert_hook_in_parent_and_child(out.stderr, wheel_venv)  # the child is where training happens
     logs, args = _trained(tmp_path / "out")
     assert type(args).__name__ == "DistMatchSFTConfig"
@@ -418,12 +296,6 @@ def test_trl_sft_loss_flags_through_the_hook(wheel_venv, tiny, tmp_path):
     for entry in logs:  # our trainer's metrics; the objective is GEM's, not CE
         assert {"ce", "entropy", "mean_token_accuracy", "num_tokens"} <= entry.keys() and "demd" not in entry
         assert abs(entry["loss"] - entry["ce"]) > 1.0, entry
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _transformers_version() -> tuple[int, ...]:
@@ -440,10 +312,10 @@ def _transformers_version() -> tuple[int, ...]:
 )
 def test_trl_sft_two_processes_through_the_hook(wheel_venv, tiny, tmp_path):
     """`accelerate launch` with 2 processes (torchrun, gloo): the hook activates in each rank."""
-    launch = ["--multi_gpu", "--num_processes", "2", "--main_process_port", str(_free_port())]
+    launch = ["--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port())]
     command = [wheel_venv.trl, "sft", *launch, "--loss", "gem_linear", *_train_args(tiny, tmp_path / "out")]
-    out = _run(command, tmp_path, timeout=300)
-    assert out.returncode == 0, _tail(out)
+    out = run_cli(command, tmp_path, timeout=300)
+    assert out.returncode == 0, tail(out)
     events = _hook_events(out.stderr)
     parents = {pid for pid, event in events if event == f"active {wheel_venv.trl}"}
     ranks = {
@@ -460,10 +332,10 @@ def test_trl_sft_two_processes_through_the_hook(wheel_venv, tiny, tmp_path):
 @pytest.mark.slow
 def test_trl_sft_config_yaml_through_the_hook(wheel_venv, tiny, tmp_path):
     (tmp_path / "emo.yaml").write_text("loss: emo\nemo_cost_embedding: live\nlearning_rate: 1.0e-4\n")
-    out = _run(
+    out = run_cli(
         [wheel_venv.trl, "sft", "--config", "emo.yaml", *_train_args(tiny, tmp_path / "out")], tmp_path
     )
-    assert out.returncode == 0, _tail(out)
+    assert out.returncode == 0, tail(out)
     _assert_hook_in_parent_and_child(out.stderr, wheel_venv)
     logs, args = _trained(tmp_path / "out")
     assert (type(args).__name__, args.loss, args.emo_cost_embedding, args.learning_rate) == (
@@ -483,12 +355,12 @@ def test_trl_sft_unknown_loss_lists_the_choices(wheel_venv, tiny, tmp_path, wher
 
     (tmp_path / "bad.yaml").write_text("loss: bogus\n")
     bad = ["--loss", "bogus"] if where == "flag" else ["--config", "bad.yaml"]
-    out = _run([wheel_venv.trl, "sft", *bad, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = run_cli([wheel_venv.trl, "sft", *bad, *_train_args(tiny, tmp_path / "out")], tmp_path)
     assert out.returncode != 0
     message = (
         "argument --loss: invalid choice: 'bogus'" if where == "flag" else "loss='bogus' is not a known loss"
     )
-    assert message in out.stderr, _tail(out)
+    assert message in out.stderr, tail(out)
     error = out.stderr[out.stderr.index(message) :].splitlines()[0]
     assert all(name in error for name in LOSS_CHOICES), error
     assert not (tmp_path / "out").exists()  # refused before anything started
@@ -496,8 +368,8 @@ def test_trl_sft_unknown_loss_lists_the_choices(wheel_venv, tiny, tmp_path, wher
 
 @pytest.mark.slow
 def test_plain_trl_sft_is_unchanged(wheel_venv, tiny, tmp_path):
-    out = _run([wheel_venv.trl, "sft", *_train_args(tiny, tmp_path / "out")], tmp_path)
-    assert out.returncode == 0, _tail(out)
+    out = run_cli([wheel_venv.trl, "sft", *_train_args(tiny, tmp_path / "out")], tmp_path)
+    assert out.returncode == 0, tail(out)
     assert _hook_events(out.stderr) == []  # inert in the parent and in the child
     logs, args = _trained(tmp_path / "out")
     assert type(args).__module__.startswith("trl.") and type(args).__name__ == "SFTConfig"
@@ -505,13 +377,13 @@ def test_plain_trl_sft_is_unchanged(wheel_venv, tiny, tmp_path):
 
 
 def test_hook_switched_off_fails_like_upstream_trl(wheel_venv, tiny, tmp_path):
-    out = _run(
+    out = run_cli(
         [wheel_venv.trl, "sft", "--loss", "emo", *_train_args(tiny, tmp_path / "out")],
         tmp_path,
         DISTMATCH_TRL_HOOK="0",
     )
     assert out.returncode != 0
-    assert "trl sft: error: ambiguous option: --loss could match --loss_type" in out.stderr, _tail(out)
+    assert "trl sft: error: ambiguous option: --loss could match --loss_type" in out.stderr, tail(out)
     assert _hook_events(out.stderr) == []
 
 
@@ -521,8 +393,8 @@ def test_help_lists_the_options_unless_the_hook_is_off(wheel_venv, tmp_path):
     (`DISTMATCH_TRL_HOOK=0`) it is TRL's own help; `distmatch-trl sft --help` lists them without the hook."""
 
     def help_text(*command: Path | str, **env: str) -> str:
-        out = _run([*command, "--help"], tmp_path, **env)
-        assert out.returncode == 0, _tail(out)
+        out = run_cli([*command, "--help"], tmp_path, **env)
+        assert out.returncode == 0, tail(out)
         return out.stdout
 
     ours = ("--gem_beta", "--emo_cost_embedding", "--emo_weighting", "--tailr_gamma")
@@ -540,7 +412,7 @@ def test_hook_stops_when_distmatch_fails_to_import(wheel_venv, tiny, tmp_path):
     shadow = tmp_path / "shadow" / "trl_ext"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('trl_ext broken for this test')\n")
-    out = _run(
+    out = run_cli(
         [wheel_venv.trl, "sft", "--loss", "emo", *_train_args(tiny, tmp_path / "out")],
         tmp_path,
         PYTHONPATH=str(tmp_path / "shadow"),
@@ -549,8 +421,8 @@ def test_hook_stops_when_distmatch_fails_to_import(wheel_venv, tiny, tmp_path):
     assert (
         "error: --loss asks for a distmatch loss, but the distmatch TRL integration failed to import "
         "(ImportError: trl_ext broken for this test)" in out.stderr
-    ), _tail(out)
-    assert "Traceback" not in out.stderr, _tail(out)
+    ), tail(out)
+    assert "Traceback" not in out.stderr, tail(out)
     assert not (tmp_path / "out").exists()
 
 
@@ -568,8 +440,8 @@ def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
         "--emo_cost_embedding",
         "live",
     ]
-    out = _run([*command, *_train_args(tiny, tmp_path / "out")], tmp_path, DISTMATCH_TRL_HOOK="0")
-    assert out.returncode == 0, _tail(out)
+    out = run_cli([*command, *_train_args(tiny, tmp_path / "out")], tmp_path, DISTMATCH_TRL_HOOK="0")
+    assert out.returncode == 0, tail(out)
     assert _hook_events(out.stderr) == []
     assert "`--num_processes` was set to a value of" not in out.stderr  # the YAML key reached accelerate
     logs, args = _trained(tmp_path / "out")
@@ -588,10 +460,10 @@ def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
 
 def _one_line_error(out: subprocess.CompletedProcess) -> str:
     """The single `error: ...` line of a refused run (no traceback around it)."""
-    assert out.returncode != 0, _tail(out)
-    assert "Traceback" not in out.stderr, _tail(out)
+    assert out.returncode != 0, tail(out)
+    assert "Traceback" not in out.stderr, tail(out)
     errors = [line for line in out.stderr.splitlines() if "error: " in line]
-    assert len(errors) == 1, _tail(out)
+    assert len(errors) == 1, tail(out)
     return errors[0]
 
 
@@ -611,7 +483,7 @@ REFUSED = {
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_trl_sft_refuses_settings_that_would_train_something_else(wheel_venv, tiny, tmp_path, case):
     flags, expected = REFUSED[case]
-    out = _run([wheel_venv.trl, "sft", *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = run_cli([wheel_venv.trl, "sft", *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
     line = _one_line_error(out)
     assert all(part in line for part in expected), line
     assert "Loading" not in out.stderr and not (tmp_path / "out").exists()  # before the model or any output
@@ -619,7 +491,9 @@ def test_trl_sft_refuses_settings_that_would_train_something_else(wheel_venv, ti
 
 def test_trl_sft_yaml_loss_with_another_loss_type_is_refused(wheel_venv, tiny, tmp_path):
     (tmp_path / "c.yaml").write_text("loss: gem_ls\nloss_type: dft\n")
-    out = _run([wheel_venv.trl, "sft", "--config", "c.yaml", *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = run_cli(
+        [wheel_venv.trl, "sft", "--config", "c.yaml", *_train_args(tiny, tmp_path / "out")], tmp_path
+    )
     assert "loss_type='dft'" in _one_line_error(out)
 
 
@@ -629,7 +503,7 @@ def test_cost_embedding_with_another_vocabulary_is_refused_while_parsing(wheel_v
     other = build_tiny_llama(tmp_path / "other", vocab_size=280)
     program = wheel_venv.trl if command == "trl" else wheel_venv.distmatch_trl
     flags = ["sft", "--loss", "emo", "--emo_cost_embedding", str(other)]
-    out = _run([program, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = run_cli([program, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
     line = _one_line_error(out)
     prefix = "error: " if command == "trl" else "distmatch-trl: error: "
     assert line.startswith(prefix + f"emo_cost_embedding={str(other)!r}") and "vocabulary of 280" in line, (

@@ -26,13 +26,11 @@ import pytest
 
 from eval_tasks import data, nlu, retrieval
 from eval_tasks.creative import creative_documents
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval_fixtures import MMLU_SUBJECTS, POOL_ROWS, write_eval_data  # noqa: E402
+from tests.helpers.env import REPO_ROOT
+from tests.helpers.eval_fixtures import MMLU_SUBJECTS, POOL_ROWS, write_eval_data
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 LIMIT = 3
 # Test rows kept per task (the fixtures have 6): subtasks of different sizes under `--limit 3`, so a size-weighted
 # group mean differs from the unweighted one the group promises.
@@ -128,7 +126,7 @@ def suite_run(workdir: Path, env: dict[str, str]) -> Path:
         "--tasks",
         "distmatch_nlu,distmatch_creative,distmatch_ifeval",
         "--include_path",
-        str(REPO / "eval_tasks" / "lm_eval_tasks"),
+        str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks"),
         "--device",
         "cpu",
         "--limit",
@@ -381,7 +379,7 @@ def test_task_yaml_protocol_values() -> None:
         pass
 
     Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
-    folder = REPO / "eval_tasks" / "lm_eval_tasks"
+    folder = REPO_ROOT / "eval_tasks" / "lm_eval_tasks"
     div = yaml.load((folder / "_diversity_template_yaml").read_text(), Loader=Loader)
     assert div["repeats"] == 16 and div["filter_list"][0]["filter"][0] == {
         "function": "take_first_k",
@@ -626,7 +624,7 @@ def _lm_eval_cmd(model: Path, tasks: str, out: Path, metadata: dict[str, Any], *
         "--tasks",
         tasks,
         "--include_path",
-        str(REPO / "eval_tasks" / "lm_eval_tasks"),
+        str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks"),
         "--device",
         "cpu",
         "--batch_size",
@@ -794,13 +792,13 @@ def test_emo_official_run_in_the_report(emo_official_run: Path, suite_run: Path,
 def _source_files() -> list[str]:
     out = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
     )
     if out.returncode != 0:
         pytest.skip("needs a git checkout to build the wheel")
-    return [f for f in out.stdout.splitlines() if (REPO / f).is_file()]
+    return [f for f in out.stdout.splitlines() if (REPO_ROOT / f).is_file()]
 
 
 @pytest.fixture(scope="module")
@@ -811,7 +809,7 @@ def wheel_python(workdir: Path) -> Path:
         if name.startswith(("tests/", "benchmarks/", "examples/")):
             continue
         (src / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, src / name)
+        shutil.copy2(REPO_ROOT / name, src / name)
     dist = workdir / "dist"
     _check(
         _run(
@@ -922,12 +920,12 @@ def test_hook_adds_task_folder_and_env_switch(wheel_python: Path, workdir: Path,
 
 def test_hook_include_path_handling(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISTMATCH_LM_EVAL_HOOK", "0")  # importing it must not patch this pytest process
-    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO_ROOT))
     try:
         import distmatch_lm_eval_hook as hook
     finally:
-        sys.path.remove(str(REPO))
-    folder = str(REPO / "eval_tasks" / "lm_eval_tasks")
+        sys.path.remove(str(REPO_ROOT))
+    folder = str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks")
     assert hook.with_task_dir(None, folder) == [folder]
     assert hook.with_task_dir("/user/tasks", folder) == [folder, "/user/tasks"]  # user's paths override ours
     assert hook.with_task_dir(["/a", Path(folder)], folder) == [

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.axolotl_env, pytest.mark.slow]
+pytestmark = pytest.mark.slow  # axolotl_env: tests/conftest.py FOLDER_MARKERS
 
 axolotl = pytest.importorskip("axolotl")
 
@@ -45,11 +45,11 @@ from pydantic import ValidationError  # noqa: E402
 import axolotl_distmatch  # noqa: E402
 from axolotl_distmatch.args import DistMatchArgs  # noqa: E402
 from axolotl_distmatch.trainer import DEBUG_ENV, DistMatchTrainer, mask_document_starts  # noqa: E402
+from tests.helpers.env import REPO_ROOT  # noqa: E402
 from trl_ext.options import DISTMATCH_LOSSES, OPTION_DEFAULTS  # noqa: E402
 from trl_ext.testing import build_tiny_llama, write_alpaca_jsonl, write_sft_jsonl  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples" / "axolotl"
+EXAMPLES = REPO_ROOT / "examples" / "axolotl"
 PLUGIN = "axolotl_distmatch.DistMatchPlugin"
 IGNORE = -100
 # What the GPU examples are validated against (Axolotl's `gpu_capabilities()` on an 8 x H100 node).
@@ -173,7 +173,7 @@ def test_plugin_is_an_axolotl_plugin_and_entry_point_resolves() -> None:
 
     assert issubclass(axolotl_distmatch.DistMatchPlugin, BasePlugin)
     assert axolotl_distmatch.DistMatchArgs is DistMatchArgs
-    entry_points = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
+    entry_points = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
     (name, value), *_ = entry_points["axolotl.plugins"].items()
     loaded = importlib.metadata.EntryPoint(name, value, "axolotl.plugins").load()
     assert loaded is axolotl_distmatch.DistMatchPlugin
@@ -436,7 +436,7 @@ def test_example_config_passes_axolotl_validation_offline(monkeypatch, name) -> 
         raise AssertionError(f"validation tried to reach the network: {args}")
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.chdir(REPO)  # the examples' relative paths are from the repository root
+    monkeypatch.chdir(REPO_ROOT)  # the examples' relative paths are from the repository root
     raw = yaml.safe_load((EXAMPLES / name).read_text())
     hub_cost = raw.get("emo_cost_embedding") not in (None, "frozen", "live")
     if hub_cost:  # another model's head by hub id: its config.json cannot be fetched offline
@@ -720,9 +720,9 @@ def test_hook_adds_the_plugin_only_for_distmatch_keys() -> None:
 
 @pytest.fixture(scope="module")
 def project_venv(tmp_path_factory):
-    from project_venv import make_project_like_venv
+    from tests.helpers.project_venv import make_project_like_venv
 
-    return make_project_like_venv(tmp_path_factory.mktemp("project_venv"), REPO)
+    return make_project_like_venv(tmp_path_factory.mktemp("project_venv"), REPO_ROOT)
 
 
 def _axolotl_train(venv, cfg: dict[str, Any], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:

@@ -3,20 +3,21 @@ gradient through the patched forward equal the unsharded model's, on the fused p
 and the logits path, for every loss and every head layout (accelerate's, a separately wrapped head, tied
 embeddings), and the lazily taken EMO cost embedding of a sharded head equals the unsharded head.
 
-One `torchrun` launch runs every case (`tests/fsdp2_worker.py`, ~1 min on 2 cores); the tests here read its
+One `torchrun` launch runs every case (`tests/helpers/fsdp2_worker.py`, ~1 min on 2 cores); the tests here read its
 per-rank JSON. Not through `accelerate launch --use_fsdp`: on CPU accelerate silently runs DDP instead.
 """
 
 from __future__ import annotations
 
 import pytest
-from dist_common import LOSS_CASES, WORLD, torchrun
+
+from tests.helpers.dist_common import LOSS_CASES, WORLD, torchrun
 
 LAYOUTS = ("accelerate", "accelerate_tied", "separate_head", "head_embed_tied", "root_only")
 TIED = {"accelerate_tied", "head_embed_tied"}
 TOL = 1e-12  # float64 throughout: sharded and unsharded differ only in summation order
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+pytestmark = pytest.mark.slow  # multiprocess: tests/conftest.py FOLDER_MARKERS
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import importlib.util
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.helpers.env import REPO_ROOT
 from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
 from trl_ext.losses import row_backends as kernels_module
 from trl_ext.losses.row_backends import KERNELS_ENV, TRITON_LOSSES, select_row_math
@@ -258,7 +258,7 @@ def test_kernel_compiles_for_an_h100_without_a_gpu(tmp_path):
         pytest.skip("this Triton build has no NVIDIA backend")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")  # compile for real, not from an earlier cache
-    script = Path(__file__).with_name("triton_compile_check.py")
+    script = REPO_ROOT / "tests" / "helpers" / "triton_compile_check.py"
     out = subprocess.run(
         [sys.executable, str(script), "90"], capture_output=True, text=True, env=env, timeout=600
     )

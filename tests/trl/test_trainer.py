@@ -20,16 +20,16 @@ datasets = pytest.importorskip("datasets")
 trl = pytest.importorskip("trl")
 
 from safetensors import safe_open  # noqa: E402
-from tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
+from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
 from trl_ext.config import LOSS_CHOICES, DistMatchSFTConfig  # noqa: E402
 from trl_ext.losses import reference_token_loss  # noqa: E402
 from trl_ext.model_forward import LossRequest, install_loss_forward  # noqa: E402
 from trl_ext.trainer import DistMatchSFTTrainer  # noqa: E402
 
-pytestmark = [pytest.mark.trl_trainer, pytest.mark.slow]
+pytestmark = pytest.mark.slow  # trl_trainer: tests/conftest.py FOLDER_MARKERS
 
 OUR_LOSSES = ("ce", "emo", "gem_linear", "gem_ls", "ce_entropy", "tailr", "mixce", "dft", "eaft")
 TRL_VERSION = trl.__version__

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers.env import REPO_ROOT
 
 if sys.version_info < (3, 11):  # tomllib
     pytest.skip("tools/mutants.py needs Python >= 3.11 (tomllib)", allow_module_level=True)
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("distmatch_mutants", REPO / "tools" / "mutants.py")
+    spec = importlib.util.spec_from_file_location("distmatch_mutants", REPO_ROOT / "tools" / "mutants.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look the module up while the class is created
     spec.loader.exec_module(module)

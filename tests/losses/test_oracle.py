@@ -11,19 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-_TESTS = Path(__file__).resolve().parent
-for _p in (str(_TESTS.parent), str(_TESTS)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import _loss_oracles as O  # noqa: E402
-
+import tests.helpers.loss_oracles as O  # noqa: E402
+from tests.helpers.env import REPO_ROOT  # noqa: E402
 from trl_ext.losses import (  # noqa: E402
     IGNORE_INDEX,
     LOSS_NAMES,
@@ -113,7 +106,7 @@ EMO_TIGHT = {"atol": 2e-9, "rtol": 2e-9}
 
 def test_readme_states_the_tested_tolerances():
     """The agreement claim of docs/losses.md quotes the tolerances these tests use."""
-    readme = " ".join((_TESTS.parent / "docs" / "losses.md").read_text(encoding="utf-8").split())
+    readme = " ".join((REPO_ROOT / "docs" / "losses.md").read_text(encoding="utf-8").split())
     assert (TIGHT["atol"], EMO_TIGHT["atol"]) == (1e-10, 2e-9)
     assert "values and gradients to 1e-10, EMO to 2e-9" in readme
 

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from tests.helpers.env import REPO_ROOT
 from trl_ext.losses import LOSS_NAMES, LOSSES
 
-REPO = Path(__file__).resolve().parent.parent
 WORLD = 2
 VOCAB = 96
 SEQ = 12
@@ -137,18 +137,18 @@ def torchrun(script: str, out: Path, timeout: int = 900) -> list[dict]:
     """Run `script out` on WORLD CPU processes under torchrun; each rank's JSON result."""
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
         "OMP_WAIT_POLICY": "PASSIVE",
         "PYTHONFAULTHANDLER": "1",
     }
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}"]
     proc = subprocess.run(
-        [*cmd, str(REPO / "tests" / script), str(out)],
+        [*cmd, str(Path(__file__).with_name(script)), str(out)],
         capture_output=True,
         text=True,
         env=env,
-        cwd=REPO,
+        cwd=REPO_ROOT,
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
