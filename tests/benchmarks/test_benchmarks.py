@@ -1,4 +1,4 @@
-"""The two benchmark scripts run end to end on tiny inputs (the harness, not the numbers: those go in README).
+"""The two benchmark scripts run end to end on tiny inputs (the harness, not the numbers: those go in docs/benchmarks.md).
 
 Each is a real run in subprocesses: the loss benchmark at its `tiny` shape, the training benchmark through TRL's
 real trainer on a tiny Llama built in code with the demo's bundled data.

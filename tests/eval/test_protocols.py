@@ -246,7 +246,7 @@ def test_report_marks_paper_comparable_runs(tmp_path: Path) -> None:
 
 
 def test_readme_options_table_lists_every_option() -> None:
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO_ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8")
     table = readme.split("| option (`--metadata` JSON) | env var | default | tasks |", 1)[1].split("\n\n", 1)[
         0
     ]

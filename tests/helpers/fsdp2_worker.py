@@ -149,7 +149,7 @@ def run_layout(layout: str, tied: bool, rank: int, world: int, counter: HeadCall
 
 
 def control_without_partial(model: nn.Module, reference: nn.Module, world: int, rank: int) -> dict[str, Any]:
-    """What a fused loss reading `lm_head.weight.full_tensor()` outside the head's hooks gives (issue's finding)."""
+    """What a fused loss reading `lm_head.weight.full_tensor()` outside the head's hooks gives (docs/distributed.md)."""
     from trl_ext.losses import fused_token_loss
 
     ref_values, ref_grads = reference_results(reference, world, "ce", False, None)

@@ -1,4 +1,4 @@
-"""The Triton row kernel (issue 8) against the PyTorch closed forms and the autograd reference.
+"""The Triton row kernel against the PyTorch closed forms and the autograd reference.
 
 Runs wherever Triton is installed: on CPU through Triton's interpreter (``TRITON_INTERPRET=1``, small shapes; in
 ``make test`` that is ``.venv-axolotl``, whose Axolotl pins ship Triton), on a GPU compiled and at real shapes.

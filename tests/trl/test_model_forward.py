@@ -108,7 +108,7 @@ def test_lora_on_lm_head_uses_logits_path(models, data, loss):
 
 
 def test_trainer_with_lora_on_lm_head_trains_through_logits_path(models, data, tmp_path):
-    """Issue 3: PEFT on `lm_head` is a documented logits-path case, so the trainer must accept and train it."""
+    """PEFT on `lm_head` is a documented logits-path case (docs/distributed.md), so the trainer must accept and train it."""
     config = lora_config(["q_proj", "v_proj", "lm_head"])
     trainer = make_trainer(
         models["plain"], data, tmp_path, loss="gem_ls", trainer_kwargs={"peft_config": config}

@@ -282,7 +282,7 @@ def test_hook_switched_off_fails_like_upstream_trl(wheel_venv, tiny, tmp_path):
 
 @pytest.mark.slow
 def test_help_lists_the_options_unless_the_hook_is_off(wheel_venv, tmp_path):
-    """README: `trl sft --help` activates the hook, so the help lists the distmatch options; switched off
+    """docs/trl.md: `trl sft --help` activates the hook, so the help lists the distmatch options; switched off
     (`DISTMATCH_TRL_HOOK=0`) it is TRL's own help; `distmatch-trl sft --help` lists them without the hook."""
 
     def help_text(*command: Path | str, **env: str) -> str:
@@ -300,7 +300,7 @@ def test_help_lists_the_options_unless_the_hook_is_off(wheel_venv, tmp_path):
 
 
 def test_hook_stops_when_distmatch_fails_to_import(wheel_venv, tiny, tmp_path):
-    """README: if distmatch cannot be imported when it is needed, the run stops with one line saying so (never TRL
+    """docs/trl.md: if distmatch cannot be imported when it is needed, the run stops with one line saying so (never TRL
     training its own loss instead). Here a `trl_ext` earlier on the path fails to import."""
     shadow = tmp_path / "shadow" / "trl_ext"
     shadow.mkdir(parents=True)
