@@ -281,7 +281,7 @@ def test_gradcheck_token_loss(cfg):
 
     else:
         # stop-gradient losses: the spec'd gradient is the true derivative of a surrogate
-        # (potential or frozen-coefficient form, see _loss_oracles.surrogate)
+        # (potential or frozen-coefficient form, see tests/helpers/loss_oracles.surrogate)
         sur = O.make_surrogate(name, logits, labels, **params)
 
         def fn(x):

@@ -2,7 +2,7 @@
 
 `make venvs` installs distmatch editable (no `.pth` hooks in that kind of install) and then runs
 `python distmatch_import_hook.py install-pth`, which writes the same `.pth` files a wheel has. Checked here in a
-throw-away venv set up the same way (`project_venv.py`), and in the venv running the tests.
+throw-away venv set up the same way (`tests/helpers/project_venv.py`), and in the venv running the tests.
 """
 
 from __future__ import annotations
