@@ -702,7 +702,7 @@ def test_emo_resume_keeps_the_pretrained_cost_embedding(assets, tmp_path) -> Non
 
 
 def test_hook_adds_the_plugin_only_for_distmatch_keys() -> None:
-    import distmatch_axolotl_hook as hook
+    import distmatch_hooks.axolotl as hook
     from trl_ext.options import LOSS_OPTIONS
 
     assert set(hook.OPTION_NAMES) == {

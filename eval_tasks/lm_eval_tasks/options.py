@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distmatch_import_hook import DistMatchConfigError
+from distmatch_hooks import DistMatchConfigError
 
 __all__ = [
     "TASK_OPTIONS",
