@@ -2,7 +2,7 @@
 
 Python runs each file's single line at interpreter start (`distmatch_hooks.pth.PTH_FILES`):
 - `distmatch_hooks.trl.pth`: `import distmatch_hooks.trl`, inert unless the process is `trl sft` with a distmatch
-  option (see distmatch_hooks/trl.py and README "TRL");
+  option (see distmatch_hooks/trl.py and docs/trl.md);
 - `distmatch_hooks.lm_eval.pth`: `import distmatch_hooks.lm_eval`, which only adds the distmatch task folder to
   lm-eval's TaskManager when lm-eval's task manager is imported (see distmatch_hooks/lm_eval.py);
 - `distmatch_hooks.axolotl.pth`: `import distmatch_hooks.axolotl`, which makes a config with `loss:` load the

@@ -13,12 +13,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
 
 import distmatch_hooks
 from distmatch_hooks import _common
 from distmatch_hooks._common import PatchAfterImport, debug, switched_on
 from distmatch_hooks.pth import PTH_FILES
+from tests.helpers.env import REPO_ROOT
 
 MODULES = ["distmatch_hooks", *(line.split()[1] for line in PTH_FILES.values())]
 

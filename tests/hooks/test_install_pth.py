@@ -12,10 +12,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import OFFLINE_ENV, REPO_ROOT
-from project_venv import make_project_like_venv
 
 from distmatch_hooks.pth import PTH_FILES, STALE_PTH_FILES, install_pth_files, remove_stale_pth_files
+from tests.helpers.env import OFFLINE_ENV, REPO_ROOT
+from tests.helpers.project_venv import make_project_like_venv
 
 #: Top-level modules a hook must not import at interpreter start (they are what the hooks wait for, or import torch).
 HEAVY = (
