@@ -12,8 +12,6 @@ from trl_ext._optional import require
 __all__ = ["self_bleu", "self_bleu_diversity"]
 
 
-
-
 _BLEU: Any = None
 
 

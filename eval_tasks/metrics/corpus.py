@@ -21,8 +21,6 @@ __all__ = [
 ]
 
 
-
-
 def _group_texts(group: Any, include_prompt: bool, index: int) -> tuple[Any, Any, Any]:
     """(id, texts to score, raw samples) of one prompt's record: a mapping with 'samples' or a plain list of strings."""
     if isinstance(group, Mapping):

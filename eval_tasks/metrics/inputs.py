@@ -15,8 +15,6 @@ class DiversityInputError(ValueError):
     """Bad input to a diversity metric: fewer than 2 samples, an empty sample, a wrong type."""
 
 
-
-
 def check_samples(samples: Any, *, allow_empty: bool, what: str = "samples") -> list[str]:
     if isinstance(samples, (str, bytes)) or not isinstance(samples, Iterable):
         raise DiversityInputError(

@@ -18,8 +18,6 @@ from trl_ext._optional import require
 __all__ = ["mauve_score", "text_features"]
 
 
-
-
 def _describe_featurizer(featurizer: Any) -> str:
     if featurizer is None:
         return f"sbert:{DEFAULT_SBERT_MODEL}"

@@ -22,8 +22,6 @@ GEM_FIGURE6_PROMPTS = (
 )
 
 
-
-
 @dataclass
 class NextTokenStats:
     """Token-level statistics of a model on a dataset (scored tokens only; means are over tokens)."""

@@ -40,8 +40,6 @@ _SBERT_ALIASES = {
 }
 
 
-
-
 _SBERT_CACHE: dict[tuple[str, str | None], Any] = {}
 
 

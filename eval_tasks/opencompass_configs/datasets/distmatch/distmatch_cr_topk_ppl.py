@@ -1,7 +1,7 @@
 """EMO in-context NLU: distmatch_cr - TopK retriever (8 demonstrations, most similar first) + PPL per label.
 
 Data: SetFit/CR at revision 'main', test split 'test', demonstrations from 'train'
-(eval_tasks.data; $DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies). Templates: the EMO paper's Table 5,
+(eval_tasks.dataset_loading; $DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies). Templates: the EMO paper's Table 5,
 keyed by the dataset's label ids (must equal eval_tasks.nlu; checked by the tests).
 """
 
