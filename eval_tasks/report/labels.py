@@ -6,7 +6,15 @@ from typing import Any
 
 from eval_tasks.metrics.names import REPORTED_METRICS
 
-__all__ = ["DIVERSITY_METRICS", "METRIC_TITLES", "NLU_ORDER", "NLU_SHORT", "NOT_FRACTIONS", "probe_tokens"]
+__all__ = [
+    "DIVERSITY_METRICS",
+    "METRIC_TITLES",
+    "NLU_ORDER",
+    "NLU_SHORT",
+    "NOT_FRACTIONS",
+    "SHORT_TITLES",
+    "probe_tokens",
+]
 
 #: the diversity columns of the report: the per-prompt diversity metrics, then MAUVE
 DIVERSITY_METRICS = REPORTED_METRICS
@@ -25,6 +33,12 @@ METRIC_TITLES = {
     "prompt_level_loose_acc": "prompt loose",
     "inst_level_loose_acc": "instr. loose",
     "perplexity": "perplexity",
+}
+#: short column titles of the per-prompt diversity metrics (the demo's tables and log lines)
+SHORT_TITLES = {
+    "ngram_diversity": "n-gram div",
+    "self_bleu_diversity": "Self-BLEU div",
+    "sbert_diversity": "SBERT div",
 }
 NLU_ORDER = ("tweet_emotion", "sst2", "trec", "subj", "cr", "rt", "ag_news", "mmlu")
 NLU_SHORT = {"tweet_emotion": "TE", "sst2": "SST-2", "trec": "TREC", "subj": "Subj", "cr": "CR", "rt": "RT",

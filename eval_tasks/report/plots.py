@@ -180,13 +180,20 @@ def training_plot(runs: list[RunData], out: Path) -> Path | None:
 
 
 def quality_diversity_plot(
-    rows: Sequence[Mapping[str, Any]], out: Path, *, x: str = "ppl", filename: str = "summary.png"
+    rows: Sequence[Mapping[str, Any]],
+    out: Path,
+    *,
+    x: str = "ppl",
+    filename: str = "summary.png",
+    titles: Mapping[str, str] | None = None,
 ) -> Path | None:
     """Held-out perplexity (x) against each diversity metric (y), one point per run: the quality/diversity view.
 
     `rows`: one per run with ``run``, the x value under `x` and the diversity metrics (keys of
     :data:`DIVERSITY_METRICS`), each with its standard error over prompts under ``<key>_se`` (error bars).
+    `titles`: metric -> axis title (default: the report's :data:`METRIC_TITLES`).
     """
+    titles = {**METRIC_TITLES, **(titles or {})}
     keys = [k for k in DIVERSITY_METRICS if any(k in r for r in rows)]
     if not keys:
         return None
@@ -206,8 +213,8 @@ def quality_diversity_plot(
             )
             ax.annotate(row["run"], (row[x], row[key]), textcoords="offset points", xytext=(5, 4), fontsize=8)
         ax.set_xlabel("held-out perplexity (lower = fits references)")
-        ax.set_ylabel(f"{METRIC_TITLES.get(key, key)} (0-100, ± s.e. over prompts)")
-        ax.set_title(METRIC_TITLES.get(key, key))
+        ax.set_ylabel(f"{titles.get(key, key)} (0-100, ± s.e. over prompts)")
+        ax.set_title(titles.get(key, key))
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle("Held-out perplexity vs diversity of K samples per prompt")

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_tasks.metrics.names import DIVERSITY_METRICS
-from eval_tasks.report.labels import METRIC_TITLES
+from eval_tasks.report.labels import SHORT_TITLES
 from eval_tasks.samples import read_jsonl, write_json
 
 DEMO_DIR = Path(__file__).resolve().parent
@@ -709,8 +709,8 @@ def evaluate(
 # ---------------------------------------------------------------------------------------------------------
 # 5. Report
 
-#: the diversity columns: the metrics and titles of `distmatch-eval report`
-METRIC_SHORT = {key: METRIC_TITLES[key] for key in DIVERSITY_METRICS}
+#: the diversity columns (metric -> short title), in the order of eval_tasks.metrics.names
+METRIC_SHORT = {key: SHORT_TITLES[key] for key in DIVERSITY_METRICS}
 COLUMNS = (
     ("run", "run"),
     ("ce", "held-out CE"),
@@ -860,7 +860,7 @@ def make_plots(
         published=False,
     )
     plots = {p.stem: p for p in written if p.suffix == ".png"}
-    summary = quality_diversity_plot(table_rows(results, training), out)
+    summary = quality_diversity_plot(table_rows(results, training), out, titles=METRIC_SHORT)
     if summary is not None:
         plots["summary"] = summary
     return plots

@@ -9,6 +9,7 @@ import pytest
 from eval_tasks import creative, metrics, report
 from eval_tasks.metrics import names
 from eval_tasks.published import benchmarks
+from eval_tasks.report.labels import SHORT_TITLES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,6 +30,7 @@ def test_the_other_lists_are_the_same_objects() -> None:
     assert report.DIVERSITY_METRICS is names.REPORTED_METRICS
     assert metrics.METRICS is names.METRICS and metrics.METRIC_KEYS is names.METRIC_KEYS
     assert set(report.METRIC_TITLES) >= set(names.REPORTED_METRICS)
+    assert tuple(SHORT_TITLES) == names.DIVERSITY_METRICS
 
 
 def test_scorers_return_exactly_the_named_metrics() -> None:
