@@ -14,6 +14,9 @@ Subcommands (``distmatch-eval <cmd> --help`` for every flag):
 Errors in the input (a prompt with fewer than 2 samples, empty samples, unknown models, missing optional
 dependencies, unreadable files) end the command with exit status 2 and a one-line message; set
 ``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
+
+Each command only maps its flags onto the library: :mod:`eval_tasks.samples` (files), :mod:`eval_tasks.generation`
+(sampling), :mod:`eval_tasks.results` (the result files, from :mod:`eval_tasks.metrics`) and :mod:`eval_tasks.report`.
 """
 
 from __future__ import annotations

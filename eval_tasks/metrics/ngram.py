@@ -17,6 +17,7 @@ from trl_ext._optional import require
 __all__ = ["distinct_n", "ngram_diversity", "word_tokenize"]
 
 
+# ---------------------------------------------------------------------------------------------------------
 # Tokenisation
 
 _PUNKT: Any = None

@@ -11,6 +11,19 @@ from eval_tasks import published as P
 from eval_tasks.report.collect import RunData
 from eval_tasks.report.labels import DIVERSITY_METRICS, METRIC_TITLES, NLU_ORDER, NLU_SHORT, probe_tokens
 
+__all__ = [
+    "bold",
+    "diversity_section",
+    "fmt",
+    "ifeval_section",
+    "nexttoken_section",
+    "nlu_section",
+    "other_tasks_section",
+    "table",
+    "training_section",
+    "training_summary",
+]
+
 # ---------------------------------------------------------------------------------------------------------
 # Markdown helpers
 

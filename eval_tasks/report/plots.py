@@ -14,8 +14,19 @@ from eval_tasks.report.collect import RunData
 from eval_tasks.report.labels import DIVERSITY_METRICS, METRIC_TITLES, NLU_ORDER, NLU_SHORT, probe_tokens
 from trl_ext._optional import require
 
+__all__ = [
+    "accuracy_plot",
+    "diversity_plot",
+    "grouped_bars",
+    "nexttoken_plot",
+    "pyplot",
+    "quality_diversity_plot",
+    "training_plot",
+]
+
 
 def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, or an ImportError naming the extra."""
     matplotlib = require("matplotlib", extra="eval", feature="distmatch-eval report plots")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
