@@ -42,7 +42,7 @@ VENV_OC ?= .venv-opencompass
 # The name is fixed: checks outside this repository use it.
 VENV_AXOLOTL_LATEST := .venv-axolotl-latest
 
-# Versions of the framework venvs (see README "Environments" for why each pin is there).
+# Versions of the framework venvs (see docs/development.md "Environments" for why each pin is there).
 # DeepSpeed for ZeRO-2/3 in both Axolotl venvs (as in `.venv` through the dev extra). Axolotl 0.19's own `deepspeed`
 # extra asks for <0.19; 0.19.8 imports and `pip check` stays clean (extras are not checked).
 DEEPSPEED_REQ := deepspeed==0.19.8
@@ -78,7 +78,7 @@ AND_MULTIPROCESS := and not multiprocess
 else
 AND_MULTIPROCESS :=
 endif
-LOSS_TESTS = $(wildcard tests/test_losses*.py)
+LOSS_TESTS := tests/losses
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env
 
 .PHONY: help demo test mutants lint format venvs clean-venvs clean test-core test-axolotl test-opencompass \
@@ -199,7 +199,7 @@ clean:
 # ---------------------------------------------------------------------------------------------------------
 # Demo, lint, tests
 
-# CE vs GEM vs EMO on SmolLM2-135M-Instruct (examples/demo/run_demo.py; README "Demo"). Scale it with DEMO_*
+# CE vs GEM vs EMO on SmolLM2-135M-Instruct (examples/demo/run_demo.py; docs/demo/README.md). Scale it with DEMO_*
 # variables, e.g. `make demo DEMO_STEPS=200 DEMO_PROMPTS=48 DEMO_SAMPLES=16`; the loss benchmark is
 # `$(VENV)/bin/python benchmarks/bench_losses.py --quick`.
 demo: $(CORE_STAMP)
@@ -228,9 +228,7 @@ test-core: $(CORE_STAMP)
 # stack.
 test-axolotl: $(AXO_STAMP)
 	$(call pytest_run,$(VENV_AXOLOTL),(axolotl_env or trl_trainer or trl_cli))
-ifneq ($(LOSS_TESTS),)
 	$(call pytest_run,$(VENV_AXOLOTL),not opencompass_env,$(LOSS_TESTS))
-endif
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)

@@ -2,7 +2,7 @@
 
 Python runs each file's single line at interpreter start:
 - `distmatch_trl_hook.pth`: `import distmatch_trl_hook`, inert unless the process is `trl sft` with a distmatch
-  option (see distmatch_trl_hook.py and README "TRL");
+  option (see docs/trl.md);
 - `distmatch_lm_eval_hook.pth`: `import distmatch_lm_eval_hook`, which only adds the distmatch task folder to
   lm-eval's TaskManager when lm-eval's task manager is imported (see distmatch_lm_eval_hook.py);
 - `distmatch_axolotl_hook.pth`: `import distmatch_axolotl_hook`, which makes a config with `loss:` load the

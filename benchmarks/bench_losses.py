@@ -27,7 +27,7 @@ Usage (from the repository root)::
     python benchmarks/bench_losses.py --shapes smollm2 --out
     python benchmarks/bench_losses.py --shapes llama3-8b --losses ce,gem_linear --paths fused --repeats 1
 
-See benchmarks/README.md for what the columns mean and the targets.
+See docs/benchmarks.md for what the columns mean and the targets.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ SHAPES = {
     # name: hidden width d, vocabulary V, tokens N
     "smollm2": {"d": 576, "V": 49152, "N": 4096},  # SmolLM2-135M head
     "llama3-8b": {"d": 4096, "V": 128256, "N": 2048},  # Llama-3-8B head
-    "llama3-8b-8k": {"d": 4096, "V": 128256, "N": 8192},  # issue 8's GPU shape (bf16)
+    "llama3-8b-8k": {"d": 4096, "V": 128256, "N": 8192},  # the GPU comparison's shape (bf16)
     "tiny": {"d": 64, "V": 2048, "N": 512},  # smoke test of the harness only; not in the default shapes
 }
 DEFAULT_SHAPES = ["smollm2", "llama3-8b"]
@@ -72,18 +72,18 @@ ANCHOR_LABELS = {
     "liger_flce": "Liger fused linear cross-entropy (liger-kernel wheel)",
     "cce": "Cut Cross Entropy linear_cross_entropy (cut-cross-entropy wheel)",
 }
-FUSED_CE = ("trl_nll", "liger_flce", "cce")  # with our fused ce: "the fastest fused CE" of issue 8
+FUSED_CE = ("trl_nll", "liger_flce", "cce")  # with our fused ce: "the fastest fused CE" of GPU_TARGETS
 IGNORED_FRACTION = 0.1
 
-# Targets of issue #2, as ratios to hf_ce of the same run: (max memory ratio, max time ratio).
+# CPU targets, as ratios to hf_ce of the same run: (max memory ratio, max time ratio).
 TARGETS = {
     ("gem_linear", "fused"): (0.15, 1.4),
     ("gem_ls", "fused"): (0.15, 1.4),
     ("emo", "fused"): (0.25, 2.0),
 }
-# Issue 8 (GPU): ratios to the fastest fused CE for time, to our own fused ce for memory.
+# GPU targets: ratios to the fastest fused CE for time, to our own fused ce for memory.
 GPU_TARGETS = {"gem_linear": (1.2, 1.15), "gem_ls": (1.2, 1.15), "emo": (1.2, 1.6)}
-# What issue #2 says the anchors do at the smollm2 shape on the CPU machine (for comparison, not targets).
+# What the anchors were expected to do at the smollm2 shape on the CPU machine (for comparison, not targets).
 ANCHOR_CLAIMS = {
     "torch_lce": "about 0.14x memory, 1.8x time",
     "trl_nll": "about 4.6 GB, 2.6x time",
@@ -397,7 +397,7 @@ def add_ratios(results: list[dict]) -> None:
 
 
 def add_fused_ce_ratios(results: list[dict]) -> None:
-    """Issue 8's ratios: time to the fastest fused CE of the shape (anchors + our fused ce), memory to our fused ce."""
+    """The GPU targets' ratios: time to the fastest fused CE of the shape (anchors + our fused ce), memory to our fused ce."""
     for shape in {r["shape"] for r in results}:
         ok = [r for r in results if r["shape"] == shape and "error" not in r]
         fused_ce = [r for r in ok if r["path"] in FUSED_CE or (r["path"] == "fused" and r["loss"] == "ce")]
@@ -480,7 +480,7 @@ def targets_table(results: list[dict]) -> str:
 
 def anchors_table(results: list[dict]) -> str:
     rows = [
-        "| shape | anchor | what | extra MiB | ×CE memory | ×CE time | issue #2 says (smollm2) |",
+        "| shape | anchor | what | extra MiB | ×CE memory | ×CE time | expected (smollm2) |",
         "|---|---|---|---:|---:|---:|---|",
     ]
     for r in results:
@@ -518,8 +518,8 @@ def report(results: list[dict], meta: dict) -> str:
     )
     return (
         f"{header}\n## Results\n\n{results_table(results)}\n\n## Anchors\n\n{anchors_table(results)}\n\n"
-        f"## Targets (issue #2, ratios to hf_ce)\n\n{targets_table(results)}\n\n"
-        f"## Against the fused cross-entropies (issue 8; its targets are for GPUs)\n\n{fused_ce_table(results)}\n"
+        f"## Targets (CPU, ratios to hf_ce)\n\n{targets_table(results)}\n\n"
+        f"## Against the fused cross-entropies (the GPU targets)\n\n{fused_ce_table(results)}\n"
     )
 
 

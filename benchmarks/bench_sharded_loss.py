@@ -22,7 +22,7 @@ Usage (from the repository root)::
     python benchmarks/bench_sharded_loss.py                 # ddp / fsdp2 / fsdp2_head / zero3 x fused / logits, ce
     python benchmarks/bench_sharded_loss.py --setups ddp,fsdp2 --losses ce,emo --out
 
-See benchmarks/README.md ("Sharded training: loss-step memory per rank").
+See docs/benchmarks.md ("Sharded training: loss-step memory per rank").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Training throughput and peak memory of each loss through TRL's real trainer (issue 3's benchmark).
+"""Training throughput and peak memory of each loss through TRL's real trainer.
 
 A measurement script, never a pass/fail test. Each loss trains the same model on the same data with the same seed
 for a few optimizer steps, in its own fresh interpreter (this file re-executed with ``--_worker``), so one run's
@@ -44,7 +44,7 @@ DEFAULT_DATA = DEMO_DIR / "data" / "creative_sft.jsonl"
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "out"
 BASELINE = "nll"
 DEFAULT_LOSSES = (BASELINE, "ce", "gem_linear", "gem_ls", "emo")
-# Issue 3's goal, relative to TRL's nll of the same run: tokens/s >= 0.9x, peak memory <= 1.0x.
+# The goal, relative to TRL's nll of the same run: tokens/s >= 0.9x, peak memory <= 1.0x.
 MIN_SPEED_RATIO, MAX_MEMORY_RATIO = 0.9, 1.0
 
 

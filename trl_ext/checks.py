@@ -4,7 +4,7 @@ Each check is a plain function over data (the option table, the values the user 
 the same questions and give the same answers. A refused setting raises `DistMatchConfigError` (a `ValueError`)
 whose message names the user's own setting and what to do; the entry points print it as one line.
 
-What is refused (README "What distmatch refuses, and why"):
+What is refused (docs/refusals.md):
 
 * a loss option without a distmatch `loss` (`trl sft --gem_beta 0.5` alone would train TRL's own loss), or an
   option the chosen loss does not use (`loss: emo` with `gem_beta`);

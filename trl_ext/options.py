@@ -4,7 +4,7 @@ Nothing is declared here: every option is defined by the loss that uses it (`trl
 `LossSpec.options`) and collected by the registry. `LOSS_OPTIONS` lists them with their default, help and the
 losses they apply to; `loss_params` maps a loss name and the options to the keyword parameters of
 `trl_ext.losses.token_loss` / `fused_token_loss` (and validates them there). `python -m trl_ext.options` prints
-the documentation tables (README "TRL" / "Axolotl") built from the specs.
+the documentation tables (docs/losses.md) built from the specs.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def _cell(text: str) -> str:
 
 
 def options_table() -> str:
-    """The README's option table (TRL flags / YAML keys, Axolotl keys), from the loss specs."""
+    """The option table of docs/losses.md (TRL flags / YAML keys, Axolotl keys), from the loss specs."""
     lines = ["| option | default | used by | meaning |", "|---|---|---|---|"]
     for o in LOSS_OPTIONS:
         used_by = ", ".join(f"`{name}`" for name in o.losses)
@@ -129,7 +129,7 @@ def _param(param: Any) -> str:
 
 
 def losses_table() -> str:
-    """The README's loss table (formula, functional-API parameters, options, Triton kernel), from the loss specs."""
+    """The loss table of docs/losses.md (formula, functional-API parameters, options, Triton kernel), from the loss specs."""
     lines = [
         "| name | per valid token (z logits, y target, p = softmax(z), l = -log p_y, sg = stop-gradient) "
         "| parameters (default) | options | Triton |",

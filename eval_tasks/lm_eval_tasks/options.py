@@ -74,7 +74,7 @@ def _dir_or_off(value: Any) -> str | None:
 class TaskOption:
     name: str
     check: Callable[[Any], str | None]  # None when valid, else what is expected
-    tasks: str  # which tasks read it (for the error messages and the README)
+    tasks: str  # which tasks read it (for the error messages and docs/evaluation.md)
 
 
 TASK_OPTIONS: dict[str, TaskOption] = {

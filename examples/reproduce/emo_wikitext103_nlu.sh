@@ -17,7 +17,7 @@
 # evaluation), network for the models (the 13B checkpoint is read once for its LM head), WikiText-103 and the NLU data
 # (sentence-transformers/all-mpnet-base-v2 retrieves the demonstrations), and the environments of `make venvs`:
 # .venv-axolotl (training) and .venv (lm-eval, distmatch-eval); on a GPU machine build them with
-# TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128" (README "Set-up"). Each step is skipped when its
+# TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128" (docs/development.md). Each step is skipped when its
 # output exists, so an interrupted run continues where it stopped. Not run by the test suite (tests/test_demo.py
 # checks the syntax and a DRY_RUN).
 set -euo pipefail
@@ -38,7 +38,7 @@ LOSSES="${LOSSES:-ce emo}"                                   # one LoRA fine-tun
 EVAL_BASE="${EVAL_BASE:-1}"                                  # 1: also evaluate the pre-trained model (the tables' first row)
 OUT="${OUT:-$REPO_ROOT/outputs/reproduce/emo-table$TABLE-wikitext103}"
 LM_EVAL_TASKS="${LM_EVAL_TASKS:-distmatch_nlu}"
-EMO_OFFICIAL='{"protocol":"emo_official"}'                  # the protocol behind the tables (README "Evaluation")
+EMO_OFFICIAL='{"protocol":"emo_official"}'                  # the protocol behind the tables (docs/evaluation.md)
 LM_EVAL_METADATA="${LM_EVAL_METADATA-$EMO_OFFICIAL}"         # lm_eval --metadata ('' for the tasks' defaults)
 LM_EVAL_MODEL="${LM_EVAL_MODEL:-hf}"
 LM_EVAL_DTYPE="${LM_EVAL_DTYPE:-float32}" # OpenICL's PPLInferencer loads the model with from_pretrained's default dtype

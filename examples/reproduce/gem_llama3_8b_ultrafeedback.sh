@@ -12,7 +12,7 @@
 # Needs: 8 CUDA GPUs with >= 40 GB (the config: ZeRO-2, global batch 128, 2048-token packed rows, 3 epochs),
 # flash-attn and deepspeed in .venv-axolotl (`pip install 'axolotl[deepspeed]' flash-attn`), access to the gated
 # meta-llama/Meta-Llama-3-8B (and -Instruct for the chat template), network for the models and data, and the
-# environments of `make venvs` (see README "Set-up" for CUDA torch). vLLM in .venv speeds up the 16-sample
+# environments of `make venvs` (see docs/development.md for CUDA torch). vLLM in .venv speeds up the 16-sample
 # creative tasks (LM_EVAL_MODEL=vllm). Each step is skipped when its output exists. Not run by the test suite
 # (tests/test_demo.py checks the syntax and a DRY_RUN).
 set -euo pipefail

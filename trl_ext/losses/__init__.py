@@ -1,6 +1,6 @@
 """Distribution-matching token losses for SFT: EMO, GEM and the baselines, in one place.
 
-Public API (see DESIGN.md)::
+Public API (docs/losses.md)::
 
     token_loss(name, logits[N, V], labels[N], **params) -> Tensor[N]
     fused_token_loss(name, hidden[N, d], weight[V, d], labels[N], **params) -> Tensor[N]

@@ -41,7 +41,7 @@ from .validation import (
 
 CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
 DEFAULT_CHUNK_MEMORY_MB = 128
-# On GPUs a chunk needs >= ~1k rows for the logits matmul to be compute-bound at V = 128k (performance.md 4.1).
+# On GPUs a chunk needs >= ~1k rows for the logits matmul to be compute-bound at V = 128k.
 DEFAULT_CUDA_CHUNK_MEMORY_MB = 512
 
 

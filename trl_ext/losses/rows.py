@@ -4,8 +4,8 @@ Both memory-efficient paths (`chunked.py`) call `chunk_math` on a chunk of valid
 own. It computes what every loss shares (z_y, and softmax(z), logsumexp, CE and the statistics when needed) and
 hands the chunk to the loss's own closed form, `LossSpec.rows` (in `objectives/`), which returns the loss,
 optionally the gradient of each row's loss w.r.t. its logits (closed form, not autograd) and the statistics.
-Buffers are reused in place so a chunk costs about three (EMO: four) `rows x V` temporaries. Notation follows
-`reference/losses.md`: z logits, y target, p = softmax(z), l = -log p_y, q = softmax(z / beta),
+Buffers are reused in place so a chunk costs about three (EMO: four) `rows x V` temporaries. Notation (as in
+`reference.py` and docs/losses.md): z logits, y target, p = softmax(z), l = -log p_y, q = softmax(z / beta),
 s_i = cosine(e_i, e_y), c = 1 - s.
 
 `reference.py` computes the same quantities by autograd on full logits; tests hold the two equal.

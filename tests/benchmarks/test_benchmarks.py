@@ -1,0 +1,102 @@
+"""The two benchmark scripts run end to end on tiny inputs (the harness, not the numbers: those go in docs/benchmarks.md).
+
+Each is a real run in subprocesses: the loss benchmark at its `tiny` shape, the training benchmark through TRL's
+real trainer on a tiny Llama built in code with the demo's bundled data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.env import REPO_ROOT
+from tests.helpers.tiny_model import build_tiny_llama
+
+pytestmark = pytest.mark.slow
+
+
+def _run(args: list[str], out: Path) -> dict:
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    proc = subprocess.run(
+        [sys.executable, *args, "--threads", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (report,) = out.glob("*.json")
+    assert report.with_suffix(".md").read_text() == proc.stdout.strip() + "\n"
+    return json.loads(report.read_text())
+
+
+def test_loss_benchmark_harness(tmp_path):
+    data = _run(["benchmarks/bench_losses.py", "--shapes", "tiny", "--paths", "fused", "--repeats", "1",
+                 "--losses", "ce,gem_ls,emo,dft,eaft", "--anchors", "hf_ce,torch_lce"], tmp_path)  # fmt: skip
+    rows = {(r["loss"], r["path"]): r for r in data["results"]}
+    assert set(rows) == {
+        ("ce", "hf_ce"),
+        ("ce", "torch_lce"),
+        ("ce", "fused"),
+        ("gem_ls", "fused"),
+        ("emo", "fused"),
+        ("dft", "fused"),
+        ("eaft", "fused"),
+    }
+    assert not [r for r in rows.values() if "error" in r]
+    # The same inputs in every process: CE through transformers, PyTorch and our fused rows agree; emo1's value is CE.
+    for key in (("ce", "torch_lce"), ("ce", "fused"), ("emo", "fused")):
+        assert rows[key]["loss_value"] == pytest.approx(rows[("ce", "hf_ce")]["loss_value"], rel=1e-5)
+    # dft = sg(p_y) * CE and eaft = sg((H_k / 3) ** alpha) * CE are smaller than CE here (p_y < 1; H_k < 3 since
+    # ln 20 < 3), and positive.
+    for loss in ("dft", "eaft"):
+        assert 0 < rows[(loss, "fused")]["loss_value"] < rows[("ce", "hf_ce")]["loss_value"]
+    assert all(
+        r["extra_mib"] >= 0 and r["time_s"] > 0 and r["memory_ratio"] is not None for r in rows.values()
+    )
+
+
+def test_training_benchmark_harness(tmp_path):
+    model = build_tiny_llama(tmp_path / "model")
+    data = _run(["benchmarks/bench_trl_training.py", "--model", str(model), "--losses", "nll,ce,gem_ls",
+                 "--steps", "3", "--warmup-steps", "1", "--batch-size", "2"], tmp_path / "out")  # fmt: skip
+    rows = {r["loss"]: r for r in data["results"]}
+    assert list(rows) == ["nll", "ce", "gem_ls"] and not [r for r in rows.values() if "error" in r]
+    for r in rows.values():
+        assert r["tokens_per_s"] > 0 and r["peak_mib"] > 0 and len(r["step_seconds"]) == 3
+        assert r["timed_tokens"] > 0 and r["speed_ratio"] is not None and r["memory_ratio"] is not None
+    # Same model, data, seed: our `ce` logs TRL's own `nll` value on the first step.
+    assert rows["ce"]["first_loss"] == pytest.approx(rows["nll"]["first_loss"], rel=1e-4)
+    assert rows["gem_ls"]["first_loss"] != pytest.approx(rows["nll"]["first_loss"], rel=1e-2)
+
+
+def test_training_benchmark_rejects_bad_input(tmp_path):
+    for args, message in (
+        (["--losses", "gem_lsx"], "unknown loss ['gem_lsx']"),
+        (["--model", str(tmp_path)], "not a Hugging Face model folder"),
+        (["--steps", "2", "--warmup-steps", "2"], "--steps must be larger than --warmup-steps"),
+    ):
+        proc = subprocess.run([sys.executable, "benchmarks/bench_trl_training.py", *args], capture_output=True,
+                              text=True, cwd=REPO_ROOT, timeout=300)  # fmt: skip
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.multiprocess
+def test_sharded_loss_benchmark_harness(tmp_path):
+    data = _run(["benchmarks/bench_sharded_loss.py", "--setups", "ddp,fsdp2_head", "--losses", "ce",
+                 "--d", "32", "--vocab", "512", "--tokens", "64", "--seq", "32"], tmp_path)  # fmt: skip
+    rows = {(r["setup"], r["path"]): r for r in data["results"]}
+    assert set(rows) == {(s, p) for s in ("ddp", "fsdp2_head") for p in ("fused", "logits")}
+    assert not [r for r in rows.values() if "error" in r]
+    for (_, path), r in rows.items():
+        assert [x["rank"] for x in r["ranks"]] == [0, 1]
+        assert all(x["path_reported"] == path and x["extra_mib"] >= 0 and x["peak_reset"] for x in r["ranks"])
+    # Same model and batches on every setup and path: rank 0's loss value agrees (rank 1 has other tokens).
+    values = [r["ranks"][0]["loss_value"] for r in rows.values()]
+    assert max(values) - min(values) < 1e-5 * abs(values[0])

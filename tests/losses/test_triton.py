@@ -1,0 +1,289 @@
+"""The Triton row kernel against the PyTorch closed forms and the autograd reference.
+
+Runs wherever Triton is installed: on CPU through Triton's interpreter (``TRITON_INTERPRET=1``, small shapes; in
+``make test`` that is ``.venv-axolotl``, whose Axolotl pins ship Triton), on a GPU compiled and at real shapes.
+The kernel-selection rules (``DISTMATCH_KERNELS``) are checked in every venv.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers.env import REPO_ROOT
+from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
+from trl_ext.losses import row_backends as kernels_module
+from trl_ext.losses.row_backends import KERNELS_ENV, TRITON_LOSSES, select_row_math
+from trl_ext.losses.rows import chunk_math
+
+ON_CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
+CASES = [
+    ("ce", {}),
+    ("gem_linear", {"beta": 0.7}),
+    ("gem_linear", {"beta": 1.0}),
+    ("gem_ls", {"beta": 0.7}),
+    ("gem_ls", {"beta": 0.3}),
+    ("emo", {"weighting": "emo1"}),
+    ("emo", {"weighting": "emo2"}),
+    ("emo", {"weighting": "emo1", "ratio_clamp": 0.4}),  # the cap binds on most rows
+]
+CASE_IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in params.items())}" for name, params in CASES]
+
+
+# ---- selection rules: no Triton needed -------------------------------------------------------------------------
+
+
+def test_auto_uses_torch_off_cuda(monkeypatch):
+    monkeypatch.delenv(KERNELS_ENV, raising=False)
+    for name in TRITON_LOSSES:
+        assert select_row_math(name, torch.device("cpu"), torch.float32) is chunk_math
+    monkeypatch.setenv(KERNELS_ENV, "torch")
+    assert select_row_math("emo", torch.device("cpu"), torch.float32) is chunk_math
+
+
+def test_auto_keeps_torch_for_losses_without_a_kernel_and_for_float64():
+    for name in ("tailr", "mixce", "ce_entropy"):
+        assert select_row_math(name, torch.device("cuda"), torch.float32) is chunk_math
+    assert select_row_math("emo", torch.device("cuda"), torch.float64) is chunk_math
+
+
+@pytest.mark.parametrize(
+    ("env", "name", "dtype", "message"),
+    [
+        ("tritn", "emo", torch.float32, "is not one of auto, torch, triton"),
+        ("triton", "tailr", torch.float32, "not 'tailr'"),
+        ("triton", "emo", torch.float64, "computes in float32"),
+    ],
+)
+def test_bad_kernel_requests_are_clear_errors(monkeypatch, env, name, dtype, message):
+    monkeypatch.setenv(KERNELS_ENV, env)
+    with pytest.raises(ValueError, match=message):
+        select_row_math(name, torch.device("cpu"), dtype)
+
+
+def test_forcing_triton_on_cpu_without_the_interpreter_is_an_error(monkeypatch):
+    monkeypatch.setenv(KERNELS_ENV, "triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="needs a CUDA device, or TRITON_INTERPRET=1"):
+        fused_token_loss("gem_ls", torch.randn(3, 4), torch.randn(5, 4), torch.tensor([0, 1, 2]))
+
+
+# ---- the kernel itself ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def triton_rows():
+    """triton_rows with Triton's interpreter on when there is no GPU.
+
+    Triton decides between compiling and interpreting when a kernel is defined, its own `tl.*` helpers included,
+    so TRITON_INTERPRET must be set before Triton is first imported in the process.
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        if not ON_CUDA:
+            already_imported = "triton" in sys.modules
+            mp.setenv("TRITON_INTERPRET", "1")
+        pytest.importorskip("triton", reason="Triton is not installed in this venv (it is in .venv-axolotl)")
+        if not ON_CUDA and already_imported:
+            from triton.language import standard
+            from triton.runtime.interpreter import InterpretedFunction
+
+            if not isinstance(standard.max, InterpretedFunction):
+                pytest.fail("Triton was imported before TRITON_INTERPRET=1 was set; run these tests with "
+                            "TRITON_INTERPRET=1 in the environment.")  # fmt: skip
+        mp.setenv(KERNELS_ENV, "triton")
+        yield importlib.import_module("trl_ext.losses.triton_rows")
+
+
+def _chunk(n: int, vocab: int, scale: float, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    z = (torch.randn(n, vocab, generator=gen) * scale).to(DEVICE)
+    y = torch.randint(0, vocab, (n,), generator=gen).to(DEVICE)
+    emb = torch.nn.functional.normalize(torch.randn(vocab, 8, generator=gen), dim=1).to(DEVICE)
+    return z, y, emb[y] @ emb.T
+
+
+@pytest.mark.parametrize(("name", "params"), CASES, ids=CASE_IDS)
+@pytest.mark.parametrize(("vocab", "max_block"), [(50, 8192), (100, 32)], ids=["one-tile", "four-tiles"])
+def test_kernel_equals_torch_closed_forms(triton_rows, monkeypatch, name, params, vocab, max_block):
+    monkeypatch.setattr(triton_rows, "MAX_BLOCK", max_block)
+    z, y, sim = _chunk(7, vocab, scale=3.0, seed=vocab)
+    similarity = sim if name == "emo" else None
+    expected = chunk_math(name, params, z.clone(), y, None if similarity is None else similarity.clone(),
+                          want_grad=True, want_stats=True)  # fmt: skip
+    got = triton_rows.triton_chunk_math(
+        name, params, z.clone(), y, similarity, want_grad=True, want_stats=True
+    )
+    for key in ("loss", "grad", "ce", "entropy", "top1_correct", "demd"):
+        want = getattr(expected, key)
+        if want is None:
+            assert getattr(got, key) is None, key
+            continue
+        torch.testing.assert_close(getattr(got, key), want, rtol=2e-5, atol=2e-6, msg=key)
+    assert got.top1_correct.sum() >= 0 and torch.isfinite(got.grad).all()
+
+
+@pytest.mark.filterwarnings(
+    "ignore:overflow encountered in exp:RuntimeWarning"
+)  # interpreter's sigmoid(-1e3)
+@pytest.mark.parametrize(("name", "params"), CASES, ids=CASE_IDS)
+def test_kernel_is_stable_for_peaked_rows(triton_rows, monkeypatch, name, params):
+    """Logits of magnitude ~1e3 and a target holding almost all mass (p_y -> 1) vs the float64 closed forms."""
+    monkeypatch.setattr(triton_rows, "MAX_BLOCK", 16)
+    z, y, sim = _chunk(5, 40, scale=1.0, seed=3)
+    z[torch.arange(5), y] += 40.0  # p_y = 1 - ~1e-16
+    z[0] *= 300.0
+    similarity = sim if name == "emo" else None
+    got = triton_rows.triton_chunk_math(
+        name, params, z.clone(), y, similarity, want_grad=True, want_stats=False
+    )
+    assert torch.isfinite(got.loss).all() and torch.isfinite(got.grad).all()
+    torch_result = chunk_math(name, params, z.double(), y, None if similarity is None else similarity.double(),
+                              want_grad=True, want_stats=False)  # fmt: skip
+    # float32 vs float64: l = lse - z_y ~ 1e-16 is not representable in float32, which only emo2's detached
+    # ratio e / l feels (its gradient stays small and finite).
+    torch.testing.assert_close(got.loss.double(), torch_result.loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.grad.double(), torch_result.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "params"), CASES, ids=CASE_IDS)
+def test_fused_and_chunked_paths_with_triton_equal_the_reference(triton_rows, monkeypatch, name, params):
+    """Through the public API: values, gradients and statistics with DISTMATCH_KERNELS=triton vs the reference."""
+    monkeypatch.setattr(triton_rows, "MAX_BLOCK", 32)
+    gen = torch.Generator().manual_seed(11)
+    n, d, vocab = 10, 12, 70
+    hidden = torch.randn(n, d, generator=gen, dtype=torch.float64).to(DEVICE)
+    weight = torch.randn(vocab, d, generator=gen, dtype=torch.float64).to(DEVICE)
+    labels = torch.randint(0, vocab, (n,), generator=gen).to(DEVICE)
+    labels[[1, 6]] = -100
+    extra = {"cost_embedding": weight.detach().clone()} if name == "emo" else {}
+
+    h64, w64 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    want = reference_token_loss(name, h64 @ w64.T, labels, **params, **extra)
+    upstream = torch.linspace(
+        0.5, 1.5, n, dtype=torch.float64, device=DEVICE
+    )  # non-uniform: dW recompute path
+    (want * upstream).sum().backward()
+
+    h32, w32 = hidden.float().requires_grad_(), weight.float().requires_grad_()
+    extra32 = {k: v.float() for k, v in extra.items()}
+    got, stats = fused_token_loss(
+        name, h32, w32, labels, chunk_size=4, return_stats=True, **params, **extra32
+    )
+    (got * upstream.float()).sum().backward()
+    torch.testing.assert_close(got.double(), want.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(h32.grad.double(), h64.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(w32.grad.double(), w64.grad, rtol=1e-4, atol=1e-5)
+    assert stats.ce[[1, 6]].abs().sum() == 0 and (stats.ce > 0).sum() == n - 2
+
+    logits = (hidden.float() @ weight.float().T).requires_grad_()
+    from_logits = token_loss(name, logits, labels, chunk_size=3, **params, **extra32)
+    (from_logits * upstream.float()).sum().backward()
+    torch.testing.assert_close(from_logits.double(), want.detach(), rtol=1e-4, atol=1e-5)
+    assert logits.grad is not None and logits.grad[[1, 6]].abs().sum() == 0
+
+
+def test_forced_triton_really_runs_the_kernel(triton_rows, monkeypatch):
+    calls = []
+    original = triton_rows.triton_chunk_math
+
+    def spy(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(triton_rows, "triton_chunk_math", spy)
+    monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: spy)
+    monkeypatch.setattr(kernels_module, "_CHECKED", {(DEVICE.type, torch.float32)})  # self-check already done
+    fused_token_loss("gem_ls", torch.randn(4, 6, device=DEVICE), torch.randn(9, 6, device=DEVICE),
+                     torch.tensor([0, 1, -100, 8], device=DEVICE), beta=0.7)  # fmt: skip
+    assert calls == ["gem_ls"]
+
+
+def test_first_use_self_check_runs_once_and_passes(triton_rows, monkeypatch):
+    calls = []
+    original = triton_rows.triton_chunk_math
+
+    def spy(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: spy)
+    monkeypatch.setattr(kernels_module, "_CHECKED", set())
+    args = (
+        torch.randn(4, 6, device=DEVICE),
+        torch.randn(9, 6, device=DEVICE),
+        torch.tensor([0, 1, -100, 8], device=DEVICE),
+    )
+    fused_token_loss("gem_ls", *args, beta=0.7)
+    checked = [name for name, _ in kernels_module.SELF_CHECK_CASES]
+    assert calls == [*checked, "gem_ls"]  # the check first, then the real chunk
+    fused_token_loss("gem_ls", *args, beta=0.7)
+    assert calls == [*checked, "gem_ls", "gem_ls"]  # once per process
+    assert kernels_module._CHECKED == {(DEVICE.type, torch.float32)}
+
+
+def test_first_use_self_check_stops_a_faulty_kernel(triton_rows, monkeypatch):
+    """An injected fault (EMO's gradient off by 1e-3 in one column) behind the real kernel: stopped, with the fix."""
+    original = triton_rows.triton_chunk_math
+
+    def faulty(name, params, z, y, similarity, **kwargs):
+        result = original(name, params, z, y, similarity, **kwargs)
+        if name == "emo" and result.grad is not None:
+            result.grad[:, 3] += 1e-3
+        return result
+
+    monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: faulty)
+    monkeypatch.setattr(kernels_module, "_CHECKED", set())
+    hidden, weight = torch.randn(4, 6, device=DEVICE), torch.randn(9, 6, device=DEVICE)
+    with pytest.raises(kernels_module.KernelSelfCheckError) as err:
+        fused_token_loss("gem_ls", hidden, weight, torch.tensor([0, 1, 2, 8], device=DEVICE), beta=0.7)
+    assert f"{KERNELS_ENV}=torch" in str(err.value) and "emo" in str(err.value) and "grad" in str(err.value)
+    assert kernels_module._CHECKED == set()  # not marked as checked: every later use stops too
+    monkeypatch.setenv(KERNELS_ENV, "torch")  # the way out the message gives
+    assert torch.isfinite(
+        fused_token_loss("gem_ls", hidden, weight, torch.tensor([0, 1, 2, 8]), beta=0.7)
+    ).all()
+
+
+def test_kernel_compiles_for_an_h100_without_a_gpu(tmp_path):
+    """Triton's real compiler (not the interpreter) down to PTX/cubin for sm_90, every launchable variant."""
+    pytest.importorskip("triton", reason="Triton is not installed in this venv (it is in .venv-axolotl)")
+    if importlib.util.find_spec("triton.backends.nvidia") is None:
+        pytest.skip("this Triton build has no NVIDIA backend")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")  # compile for real, not from an earlier cache
+    script = REPO_ROOT / "tests" / "helpers" / "triton_compile_check.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "90"], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "20 variants compiled for sm_90" in out.stdout
+
+
+@pytest.mark.skipif(not ON_CUDA, reason="real shapes in bf16 need a GPU")
+@pytest.mark.parametrize("name", TRITON_LOSSES)
+def test_bf16_fused_on_gpu_matches_float32_reference(triton_rows, name):
+    """Llama-3-like vocabulary in bf16 (16-bit matmuls, fp32 statistics) vs the fp32 torch path."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    n, d, vocab = 512, 1024, 128256
+    hidden = torch.randn(n, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    weight = (torch.randn(vocab, d, device="cuda", generator=gen) * 0.02).to(torch.bfloat16)
+    labels = torch.randint(0, vocab, (n,), device="cuda", generator=gen)
+    extra = {"cost_embedding": weight.clone()} if name == "emo" else {}
+    h16, w16 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    got = fused_token_loss(name, h16, w16, labels, **extra)
+    got.mean().backward()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(KERNELS_ENV, "torch")
+        h32, w32 = hidden.float().requires_grad_(), weight.float().requires_grad_()
+        want = fused_token_loss(name, h32, w32, labels, **{k: v.float() for k, v in extra.items()})
+        want.mean().backward()
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(h16.grad.float(), h32.grad, rtol=5e-2, atol=1e-4)
+    torch.testing.assert_close(w16.grad.float(), w32.grad, rtol=5e-2, atol=1e-4)

@@ -1,0 +1,58 @@
+"""The mutation check's list (`tools/mutants.toml`, run by `make mutants`) still matches the code.
+
+Fast and part of `make test`: every mutant's `old` string occurs exactly once in its file, its test paths exist and
+its venv is one of the project's, so a refactor that moves the code fails here instead of silently turning a mutant
+into a no-op.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.env import REPO_ROOT
+
+if sys.version_info < (3, 11):  # tomllib
+    pytest.skip("tools/mutants.py needs Python >= 3.11 (tomllib)", allow_module_level=True)
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("distmatch_mutants", REPO_ROOT / "tools" / "mutants.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up while the class is created
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_mutant_still_applies_exactly_once() -> None:
+    tool = _tool()
+    mutants = tool.load_mutants()
+    assert len(mutants) >= 15
+    assert tool.problems(mutants) == []
+    areas = {m.area for m in mutants}
+    assert {"loss math", "reduction", "model forward", "trainer", "axolotl", "evaluation"} <= areas
+
+
+def test_a_rotten_entry_is_reported(tmp_path: Path) -> None:
+    tool = _tool()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "a.py").write_text("x = 1\nx = 1\n")
+    listed = tmp_path / "m.toml"
+    listed.write_text(
+        '[[mutant]]\nid = "twice"\narea = "a"\nwhat = "w"\nfile = "a.py"\nold = "x = 1"\nnew = "x = 2"\n'
+        'venv = ".venv"\ntests = ["tests/test_gone.py"]\n'
+        '[[mutant]]\nid = "gone"\narea = "a"\nwhat = "w"\nfile = "b.py"\nold = "y"\nnew = "z"\n'
+        'venv = ".venv"\ntests = ["tests"]\n'
+    )
+    found = tool.problems(tool.load_mutants(listed), root=tmp_path)
+    assert found == [
+        "twice: `old` occurs 2 times in a.py (must be exactly once)",
+        "twice: test path tests/test_gone.py does not exist",
+        "gone: b.py does not exist",
+    ]
+    listed.write_text(listed.read_text().replace('venv = ".venv"', 'venv = "venv2"', 1))
+    with pytest.raises(ValueError, match="venv must be one of"):
+        tool.load_mutants(listed)

@@ -1,0 +1,288 @@
+"""Settings that would train something else than asked are refused before any work; problems during training are
+reported once, with where they came from.
+
+In-process and fast (the real CLIs are in test_trl_cli.py, test_axolotl_plugin.py, test_lm_eval_tasks.py):
+`DistMatchSFTConfig`'s checks, EMO's cost embedding read from a tiny sharded safetensors checkpoint built here, the
+one-line error printer, and real `DistMatchSFTTrainer` runs with non-finite values injected into a tiny model.
+Runs in `.venv` (TRL 1.16) and `.venv-axolotl` (TRL 1.9): marker `trl_trainer`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("trl")  # not in .venv-opencompass (OpenCompass pins datasets < 4; TRL needs >= 4.7)
+
+from distmatch_import_hook import DistMatchConfigError, _config_errors  # noqa: E402
+from tests.helpers.env import REPO_ROOT  # noqa: E402
+from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
+from trl_ext.checks import check_option_usage  # noqa: E402
+from trl_ext.config import DistMatchSFTConfig  # noqa: E402
+from trl_ext.emo_cost import HUB_ID, check_cost_embedding_source, read_output_embedding  # noqa: E402
+from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------------------
+# Configuration-time refusals (the TRL config; the Axolotl args run the same functions)
+
+
+def _config(tmp_path: Path, **kwargs) -> DistMatchSFTConfig:
+    return DistMatchSFTConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"gem_beta": 0.5}, "gem_beta=0.5 is set but `loss` is unset"),
+        ({"loss": "nll", "emo_weighting": "emo2"}, "`loss` is 'nll', not a distmatch loss"),
+        ({"loss": "emo", "gem_beta": 0.7}, "gem_beta=0.7 has no effect with loss='emo'"),  # even the default
+        ({"loss": "gem_ls", "loss_type": "dft"}, "loss='gem_ls' and loss_type='dft'"),
+        ({"loss": "nll", "loss_type": "dft"}, "loss='nll' and loss_type='dft'"),
+        ({"loss": "emo", "use_liger_kernel": True}, "use_liger_kernel=True"),
+        ({"loss": "tailr", "label_smoothing_factor": 0.1}, "label_smoothing_factor=0.1"),
+        ({"loss": "gem_ls", "gem_beta": 0.0}, "Loss 'gem_ls': gem_beta=0.0 is invalid"),
+        ({"loss": "emo", "emo_cost_embedding": "/no/such/model"}, "no such folder"),
+        ({"loss": "emo", "emo_cost_embedding": "a/b/c d"}, "not a hub id"),
+        ({"loss": "bogus"}, "loss='bogus' is not a known loss"),
+    ],
+)
+def test_config_refuses(tmp_path, kwargs, expected):
+    with pytest.raises(DistMatchConfigError) as err:
+        _config(tmp_path, **kwargs)
+    assert expected in str(err.value)
+    assert "\n" not in str(err.value)  # one line
+
+
+def test_config_accepts_what_has_an_effect(tmp_path):
+    assert _config(tmp_path, loss="gem_ls", gem_beta=0.5, loss_type="nll").loss_options()["gem_beta"] == 0.5
+    assert _config(tmp_path, loss="nll", loss_type="nll").loss_type == "nll"
+    # `dft` is both ours and TRL's: `loss` selects ours (TRL then computes no loss of its own).
+    dft = _config(tmp_path, loss="dft", loss_type="dft")
+    assert (dft.distmatch_loss, dft.loss_type) == ("dft", "nll")
+    assert (
+        _config(tmp_path, use_liger_kernel=True).loss is None
+    )  # Liger without a distmatch loss: TRL's business
+    config = _config(tmp_path, loss="emo", emo_weighting="emo2")
+    assert (config.gem_beta, config.loss_options()["gem_beta"]) == (None, 0.7)
+
+
+def test_option_usage_check_is_table_driven():
+    """The check reads which losses use which option from the table it is given (one source for both frameworks)."""
+    for option in LOSS_OPTIONS:
+        for loss in DISTMATCH_LOSSES:
+            if loss in option.losses:
+                check_option_usage(loss, {option.name: option.default}, LOSS_OPTIONS, DISTMATCH_LOSSES)
+            else:
+                with pytest.raises(DistMatchConfigError, match=option.name):
+                    check_option_usage(loss, {option.name: option.default}, LOSS_OPTIONS, DISTMATCH_LOSSES)
+
+
+def test_one_line_printer_finds_our_error_in_chains_and_pydantic_errors():
+    from pydantic import BaseModel, field_validator
+
+    try:
+        try:
+            raise DistMatchConfigError("gem_beta=0 is invalid")
+        except DistMatchConfigError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as err:
+        assert _config_errors(err) == ["gem_beta=0 is invalid"]
+
+    class Args(BaseModel):
+        loss: str
+
+        @field_validator("loss")
+        @classmethod
+        def _check(cls, value):
+            raise DistMatchConfigError(f"loss={value!r} is not a distmatch loss")
+
+    with pytest.raises(Exception) as info:
+        Args(loss="x")
+    assert _config_errors(info.value) == ["loss='x' is not a distmatch loss"]
+    assert _config_errors(ValueError("other")) == []
+
+
+def test_refused_setting_exits_with_one_line(tmp_path):
+    """The printer installed by the hooks: `error: <message>`, exit status 1, no traceback."""
+    script = (
+        "from distmatch_import_hook import DistMatchConfigError, print_config_errors_as_one_line\n"
+        "print_config_errors_as_one_line()\n"
+        "raise DistMatchConfigError('gem_beta=0.5 is set but `loss` is unset')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120
+    )
+    assert out.returncode == 1
+    assert out.stderr == "error: gem_beta=0.5 is set but `loss` is unset\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# EMO's cost embedding from another model: checked from config.json, read from the shard holding it
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> dict[str, Path]:
+    """Tiny Llamas saved as sharded safetensors (index json + several shards), untied in bfloat16 and tied."""
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("sharded")
+    out = {}
+    for name, tie, dtype in (("untied", False, torch.bfloat16), ("tied", True, torch.float32)):
+        source = build_tiny_llama(root / f"{name}_src", tie=tie, seed=3)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        model.save_pretrained(root / name, max_shard_size="20KB")
+        out[name] = root / name
+        out[f"{name}_weight"] = model.get_output_embeddings().weight.detach().clone()
+    return out
+
+
+def test_fixture_is_really_sharded(sharded):
+    for name in ("untied", "tied"):
+        index = json.loads((sharded[name] / "model.safetensors.index.json").read_text())
+        assert len(set(index["weight_map"].values())) > 2
+
+
+def test_reads_only_the_shard_holding_the_output_embedding(sharded, tmp_path):
+    import shutil
+
+    folder = tmp_path / "only_head_shard"
+    shutil.copytree(sharded["untied"], folder)
+    weight_map = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    keep = weight_map["lm_head.weight"]
+    removed = [shard for shard in set(weight_map.values()) if shard != keep]
+    for shard in removed:  # every other shard gone: reading them would fail
+        (folder / shard).unlink()
+    assert removed
+    tensor = read_output_embedding(str(folder), vocab_size=sharded["untied_weight"].shape[0])
+    assert tensor.dtype == torch.bfloat16  # as stored, not float32
+    assert torch.equal(tensor, sharded["untied_weight"])
+
+
+def test_tied_checkpoint_reads_the_input_embedding(sharded):
+    tensor = read_output_embedding(str(sharded["tied"]))
+    assert tensor.dtype == torch.float32 and torch.equal(tensor, sharded["tied_weight"])
+
+
+def test_cost_embedding_source_checked_from_config_json_only(tmp_path):
+    """A folder with nothing but config.json: validation reads no weights."""
+    folder = tmp_path / "config_only"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"vocab_size": 320, "tie_word_embeddings": False}))
+    assert check_cost_embedding_source(str(folder), 320)["vocab_size"] == 320
+    with pytest.raises(
+        DistMatchConfigError, match="vocabulary of 320 tokens but the model being trained has 300"
+    ):
+        check_cost_embedding_source(str(folder), 300)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DistMatchConfigError, match="has no config.json"):
+        check_cost_embedding_source(str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [
+        ("meta-llama/Llama-2-13b-hf", True),
+        ("gpt2", True),
+        ("org/model.v1_2", True),
+        ("a/b/c", False),
+        ("has space/x", False),
+        ("org/-bad", False),
+        ("org/bad--name", False),
+        ("org/", False),
+    ],
+)
+def test_hub_id_syntax(value, valid):
+    assert bool(HUB_ID.match(value)) is valid
+
+
+def test_hub_id_offline_and_not_cached_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    with pytest.raises(DistMatchConfigError) as err:
+        check_cost_embedding_source("distmatch-test/not-cached-model", 300)
+    assert "emo_cost_embedding='distmatch-test/not-cached-model'" in str(err.value)
+    assert "huggingface-cli download distmatch-test/not-cached-model" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training: non-finite values reported once with their source, counted as a metric
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict:
+    import datasets
+
+    root = tmp_path_factory.mktemp("guard_tiny")
+    path = write_sft_jsonl(root / "train.jsonl", n=16)
+    train = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(root / "cache"))
+    return {"model": build_tiny_llama(root / "model"), "train": train}
+
+
+def _train(tiny: dict, tmp_path: Path, loss: str, spoil=None, **options):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ext.trainer import DistMatchSFTTrainer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny["model"], dtype=torch.float32)
+    if spoil is not None:
+        with torch.no_grad():
+            spoil(model)
+    args = _config(
+        tmp_path, loss=loss, max_steps=2, per_device_train_batch_size=4, logging_steps=1, max_length=64,
+        save_strategy="no", disable_tqdm=True, seed=0, **options,
+    )  # fmt: skip
+    trainer = DistMatchSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=tiny["train"],
+        processing_class=AutoTokenizer.from_pretrained(tiny["model"]),
+    )
+    trainer.train()
+    return [h for h in trainer.state.log_history if "loss" in h and "train_runtime" not in h]
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "is not finite" in r.getMessage()]
+
+
+def test_finite_run_counts_zero_and_says_nothing(tiny, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.trainer"):
+        logs = _train(tiny, tmp_path, "gem_ls")
+    assert [entry["nonfinite_tokens"] for entry in logs] == [0.0, 0.0]
+    assert _warnings(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("spoil", "source"),
+    [
+        (lambda m: m.get_input_embeddings().weight.fill_(float("nan")), "the model's hidden states"),
+        (lambda m: m.get_output_embeddings().weight[7].fill_(float("inf")), "the LM head weight"),
+    ],
+    ids=["hidden_states", "lm_head"],
+)
+def test_nonfinite_loss_is_reported_once_with_its_source(tiny, tmp_path, caplog, spoil, source):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.trainer"):
+        logs = _train(tiny, tmp_path, "gem_linear", spoil)
+    (message,) = _warnings(caplog)  # once, although both steps are non-finite
+    assert "loss=gem_linear" in message and source in message and "nonfinite_tokens" in message
+    # transformers' `logging_nan_inf_filter` (on by default) logs a NaN loss as the previous mean: the count is
+    # what shows it.
+    assert all(entry["nonfinite_tokens"] > 0 for entry in logs)
+
+
+def test_nonfinite_cost_embedding_is_refused_before_training(tiny, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    other = AutoModelForCausalLM.from_pretrained(tiny["model"], dtype=torch.float32)
+    with torch.no_grad():
+        other.get_output_embeddings().weight[[3, 9]] = float("nan")
+    other.save_pretrained(tmp_path / "nan_head")
+    with pytest.raises(DistMatchConfigError, match=r"non-finite values in 2 row\(s\) \(first: \[3, 9\]\)"):
+        _train(tiny, tmp_path, "emo", emo_cost_embedding=str(tmp_path / "nan_head"))
