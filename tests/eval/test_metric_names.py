@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from eval_tasks import creative, metrics, report
 from eval_tasks.metrics import names
 from eval_tasks.published import benchmarks
 from eval_tasks.report.labels import SHORT_TITLES
+from tests.helpers.env import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 
 def test_the_one_definition() -> None:

@@ -321,8 +321,9 @@ def test_mauve_featurizer_specs() -> None:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from tiny_model import build_tiny_llama
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.helpers.tiny_model import build_tiny_llama
 
     path = build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))
     return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.env import REPO_ROOT
+
+REPO = REPO_ROOT
 PACKAGES = ("trl_ext", "axolotl_distmatch", "eval_tasks")
 
 

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.env import REPO_ROOT
+
 MAX_LINES = 600
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 PACKAGES = ("trl_ext", "axolotl_distmatch", "eval_tasks")
 
 
