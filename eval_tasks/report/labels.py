@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from eval_tasks.metrics.names import REPORTED_METRICS
+from eval_tasks.nlu import NLU_TASK_NAMES
 
 __all__ = [
     "DIVERSITY_METRICS",
@@ -40,7 +41,9 @@ SHORT_TITLES = {
     "self_bleu_diversity": "Self-BLEU div",
     "sbert_diversity": "SBERT div",
 }
-NLU_ORDER = ("tweet_emotion", "sst2", "trec", "subj", "cr", "rt", "ag_news", "mmlu")
+#: the NLU benchmarks in the papers' table order, from the task table (eval_tasks/nlu.py)
+NLU_ORDER = tuple(name.removeprefix("distmatch_") for name in NLU_TASK_NAMES)
+#: their column titles
 NLU_SHORT = {"tweet_emotion": "TE", "sst2": "SST-2", "trec": "TREC", "subj": "Subj", "cr": "CR", "rt": "RT",
               "ag_news": "AG", "mmlu": "MMLU"}  # fmt: skip
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from eval_tasks.nlu import ICL_TASKS, MMLU
 from eval_tasks.report import ReportError, build_report, collect_run, parse_run_specs, plots
 from eval_tasks.report import markdown as md
-from eval_tasks.report.labels import probe_tokens
+from eval_tasks.report.labels import NLU_ORDER, NLU_SHORT, probe_tokens
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -207,3 +208,9 @@ def test_build_report_files(tmp_path: Path) -> None:
     }  # fmt: skip
     with pytest.raises(ReportError, match="no runs given"):
         build_report({}, tmp_path / "out2")
+
+
+def test_nlu_columns_follow_the_task_table() -> None:
+    """The report's NLU columns are the task table's benchmarks in its order, each with a column title."""
+    assert NLU_ORDER == (*ICL_TASKS, MMLU.key)
+    assert list(NLU_SHORT) == list(NLU_ORDER)
