@@ -2,7 +2,8 @@
 them.
 
 The changes are data (`tools/mutants.toml`): each names a file, an exact `old` string that occurs once in it, the
-wrong `new` string, the virtual environment and the pytest arguments that must fail with it. For every mutant the
+wrong `new` string, the virtual environment and the pytest arguments that must fail with it (and optionally a
+`setup` script run after the change, e.g. the task-config generator when the change is in it). For every mutant the
 tracked files are copied to a temporary directory (the working tree is never modified), the change is applied there
 and pytest runs with `PYTHONPATH` and the working directory pointing at that copy. A mutant is *caught* when pytest
 fails (exit code 1); exit codes other than 0 and 1 (no tests collected, usage or internal errors, a timeout) are
@@ -56,6 +57,9 @@ class Mutant:
     venv: str
     tests: tuple[str, ...]
     timeout: int = 900
+    #: Python arguments run in the copy after the change and before the tests (e.g. a generator whose output the
+    #: tests read), and again after the change is undone.
+    setup: tuple[str, ...] = ()
 
 
 def load_mutants(path: Path = MUTANTS_FILE) -> list[Mutant]:
@@ -64,7 +68,9 @@ def load_mutants(path: Path = MUTANTS_FILE) -> list[Mutant]:
     mutants = []
     for entry in raw.get("mutant", []):
         try:
-            mutant = Mutant(**{**entry, "tests": tuple(entry["tests"])})
+            mutant = Mutant(
+                **{**entry, "tests": tuple(entry["tests"]), "setup": tuple(entry.get("setup", ()))}
+            )
         except (TypeError, KeyError) as err:
             raise ValueError(f"{path}: bad mutant entry {entry.get('id', entry)!r}: {err}") from err
         if mutant.venv not in VENVS:
@@ -94,6 +100,8 @@ def problems(mutants: list[Mutant], root: Path = REPO) -> list[str]:
         count = target.read_text(encoding="utf-8").count(m.old)
         if count != 1:
             found.append(f"{m.id}: `old` occurs {count} times in {m.file} (must be exactly once)")
+        if m.setup and not (root / m.setup[0]).is_file():
+            found.append(f"{m.id}: setup script {m.setup[0]} does not exist")
         for arg in m.tests:
             test_path = arg.split("::")[0]
             if test_path.startswith("tests/") and not (root / test_path).exists():
@@ -135,6 +143,17 @@ def run_tests(copy: Path, venv: str, tests: tuple[str, ...], timeout: int, log: 
         except subprocess.TimeoutExpired:
             rc = 124
     return rc, time.monotonic() - start
+
+
+def run_setup(copy: Path, venv: str, setup: tuple[str, ...], log: Path) -> int:
+    python = REPO / venv / "bin" / "python"
+    env = dict(os.environ, **OFFLINE_ENV, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    with log.open("a") as out:
+        out.write("$ " + shlex.join([str(python), *setup]) + "\n")
+        out.flush()
+        return subprocess.run(
+            [str(python), *setup], cwd=copy, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=600
+        ).returncode
 
 
 def verdict(rc: int) -> str:
@@ -199,10 +218,17 @@ def main(argv: list[str] | None = None) -> int:
             target = copy / m.file
             original = target.read_text(encoding="utf-8")
             target.write_text(original.replace(m.old, m.new, 1), encoding="utf-8")
+            setup_log = logs / f"{m.id}.setup.log"
             try:
-                rc, secs = run_tests(copy, m.venv, m.tests, m.timeout, logs / f"{m.id}.log")
+                if m.setup and run_setup(copy, m.venv, m.setup, setup_log) != 0:
+                    rc, secs = 3, 0.0  # reported as an error (see the setup log), never as caught
+                else:
+                    rc, secs = run_tests(copy, m.venv, m.tests, m.timeout, logs / f"{m.id}.log")
             finally:
                 target.write_text(original, encoding="utf-8")
+            if m.setup and run_setup(copy, m.venv, m.setup, setup_log) != 0:
+                args.keep = True
+                raise RuntimeError(f"{m.id}: undoing the setup failed (see {setup_log})")
             result = verdict(rc)
             ok &= result == "caught"
             rows.append((m.id, m.area, result, f"{secs:.0f}"))

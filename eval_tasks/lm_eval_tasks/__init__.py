@@ -15,21 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from eval_tasks.nlu import NLU_TASK_NAMES
+
 __all__ = ["CREATIVE_TASKS", "NLU_TASKS", "TASK_DIR", "task_manager"]
 
 TASK_DIR = Path(__file__).resolve().parent
 
-#: Members of the groups ``distmatch_nlu`` and ``distmatch_creative``.
-NLU_TASKS = (
-    "distmatch_tweet_emotion",
-    "distmatch_sst2",
-    "distmatch_trec",
-    "distmatch_subj",
-    "distmatch_cr",
-    "distmatch_rt",
-    "distmatch_ag_news",
-    "distmatch_mmlu",
-)
+#: Members of the groups ``distmatch_nlu`` (the task table of :mod:`eval_tasks.nlu`) and ``distmatch_creative``.
+NLU_TASKS = NLU_TASK_NAMES
 CREATIVE_TASKS = ("distmatch_poem_diversity", "distmatch_story_diversity")
 
 

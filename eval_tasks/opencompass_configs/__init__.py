@@ -11,7 +11,9 @@ Datasets (``datasets/distmatch/``; each file defines one ``*_datasets`` list):
 | ``distmatch_ifeval_gen`` | IFEval, greedy, 1,024 new tokens |
 | ``distmatch_{poem,story}_diversity_gen``, ``distmatch_creative_gen`` | GEM creative-writing diversity |
 
-Summarizer: ``summarizers/distmatch_nlu.py``. Two ways to use them:
+Summarizers: ``summarizers/distmatch_nlu.py`` and ``summarizers/distmatch_nlu_emo_code.py``. The NLU files are generated
+from ``eval_tasks/nlu.py``'s task table by ``tools/generate_task_configs.py`` (see README.md here). Two ways to use
+them:
 
 1. In your own config: ``with read_base(): from eval_tasks.opencompass_configs.datasets.distmatch.distmatch_nlu_topk_ppl
    import distmatch_nlu_datasets`` (see ``examples/opencompass/``), then ``opencompass your_config.py``.

@@ -24,7 +24,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    from tiny_model import build_tiny_llama
+    from tests.helpers.tiny_model import build_tiny_llama
 
     root = tmp_path_factory.mktemp("eval_cli_models")
     return {name: build_tiny_llama(root / name, seed=seed) for name, seed in (("ce", 0), ("gem", 1))}
@@ -148,7 +148,7 @@ def test_end_to_end_generate_diversity_nexttoken_report(models, prompts_file, tm
                 == 0
             )
         data_file = tmp_path / "sft.jsonl"
-        from tiny_model import write_sft_jsonl
+        from tests.helpers.tiny_model import write_sft_jsonl
 
         write_sft_jsonl(data_file, n=6)
         assert run_cli(

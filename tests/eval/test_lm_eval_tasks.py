@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from eval_tasks import data, nlu, retrieval
+from eval_tasks import dataset_loading as data
+from eval_tasks import nlu, retrieval
 from eval_tasks.creative import creative_documents
 from tests.helpers.env import REPO_ROOT
 from tests.helpers.eval_fixtures import MMLU_SUBJECTS, POOL_ROWS, write_eval_data
@@ -565,7 +566,7 @@ def test_missing_encoder_and_dataset_offline_messages(workdir: Path, env: dict[s
     """The protocol encoder / a Hub dataset, offline and not cached: errors that say how to fix it."""
     script = """
 import sys
-from eval_tasks import data
+from eval_tasks import dataset_loading as data
 try:
     data.icl_documents("sst2", data_dir=sys.argv[1], cache_dir=False)
 except Exception as err:

@@ -56,3 +56,21 @@ def test_a_rotten_entry_is_reported(tmp_path: Path) -> None:
     listed.write_text(listed.read_text().replace('venv = ".venv"', 'venv = "venv2"', 1))
     with pytest.raises(ValueError, match="venv must be one of"):
         tool.load_mutants(listed)
+
+
+def test_setup_is_read_and_a_missing_setup_script_is_reported(tmp_path: Path) -> None:
+    tool = _tool()
+    (tmp_path / "a.py").write_text("x = 1\n")
+    listed = tmp_path / "m.toml"
+    listed.write_text(
+        '[[mutant]]\nid = "gen"\narea = "a"\nwhat = "w"\nfile = "a.py"\nold = "x = 1"\nnew = "x = 2"\n'
+        'venv = ".venv"\nsetup = ["tools/gen.py", "--quiet"]\ntests = ["tests"]\n'
+    )
+    (mutant,) = tool.load_mutants(listed)
+    assert mutant.setup == ("tools/gen.py", "--quiet")
+    assert tool.problems([mutant], root=tmp_path) == ["gen: setup script tools/gen.py does not exist"]
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "gen.py").write_text("")
+    assert tool.problems([mutant], root=tmp_path) == []
+    (listed_mutant,) = [m for m in tool.load_mutants() if m.id == "nlu_group_weighted_by_size"]
+    assert listed_mutant.setup == ("tools/generate_task_configs.py",)

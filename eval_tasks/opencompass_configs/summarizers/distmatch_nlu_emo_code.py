@@ -1,3 +1,4 @@
+# Generated from eval_tasks/nlu.py by `python tools/generate_task_configs.py`; do not edit (`--check` compares).
 """Summarizer for ``distmatch_nlu_emo_code_topk_ppl`` (the EMO paper's Table 3 protocol in OpenCompass).
 
 OpenCompass's ``TopkRetriever`` (OpenICL's, with its GPT-2 text round trip before embedding) and ``PPLInferencer``
@@ -13,7 +14,13 @@ with read_base():
     from ..datasets.distmatch.distmatch_mmlu_ppl import distmatch_mmlu_subjects as _subjects
 
 _icl = [
-    f"distmatch_{key}_emo_code" for key in ("tweet_emotion", "sst2", "trec", "subj", "cr", "rt", "ag_news")
+    "distmatch_tweet_emotion_emo_code",
+    "distmatch_sst2_emo_code",
+    "distmatch_trec_emo_code",
+    "distmatch_subj_emo_code",
+    "distmatch_cr_emo_code",
+    "distmatch_rt_emo_code",
+    "distmatch_ag_news_emo_code",
 ]
 
 summarizer = dict(

@@ -1,8 +1,9 @@
+# Generated from eval_tasks/nlu.py by `python tools/generate_task_configs.py`; do not edit (`--check` compares).
 """EMO in-context NLU: distmatch_ag_news - TopK retriever (8 demonstrations, most similar first) + PPL per label.
 
 Data: fancyzhx/ag_news at revision 'main', test split 'test', demonstrations from 'train[:36000]'
-(eval_tasks.data; $DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies). Templates: the EMO paper's Table 5,
-keyed by the dataset's label ids (must equal eval_tasks.nlu; checked by the tests).
+(eval_tasks.opencompass_ext.DistMatchICLDataset; $DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies).
+Templates: the EMO paper's Table 5 (eval_tasks.nlu, variant "paper"), keyed by the dataset's label ids.
 """
 
 from opencompass.openicl.icl_evaluator import AccEvaluator
@@ -12,7 +13,7 @@ from opencompass.openicl.icl_retriever import TopkRetriever
 
 from eval_tasks.opencompass_ext import DistMatchICLDataset
 
-# Demonstration pool: the first 36,000 training rows (the EMO code's train[:30%]), applied by the loader.
+# Demonstration pool: 'train[:36000]' (a slice of the training split, eval_tasks/nlu.py), applied by the loader.
 distmatch_ag_news_template = {
     0: '</E>"{text}" It is about world.',  # world
     1: '</E>"{text}" It is about sports.',  # sports

@@ -1,7 +1,8 @@
+# Generated from eval_tasks/nlu.py by `python tools/generate_task_configs.py`; do not edit (`--check` compares).
 """The EMO paper's Table 3 protocol: the 7 retrieval tasks with the EMO repository's templates (``icl.py``), plus MMLU.
 
-Same data and scoring as ``distmatch_nlu_topk_ppl``; dataset abbreviations end in ``_emo_code``. The strings must
-equal eval_tasks.nlu's ``emo_code`` variant (checked by the tests). The retriever is ``DistMatchTopkRetriever``:
+Same data and scoring as ``distmatch_nlu_topk_ppl``; dataset abbreviations end in ``_emo_code``. The strings are
+eval_tasks.nlu's ``emo_code`` variant. The retriever is ``DistMatchTopkRetriever``:
 OpenCompass's TopkRetriever with OpenICL's clean-up of tokenization spaces in its GPT-2 round trip (see
 eval_tasks.opencompass_ext). With the summarizer ``distmatch_nlu_emo_code`` this is the counterpart of the lm-eval
 ``--metadata '{"protocol": "emo_official"}'``.
