@@ -73,11 +73,13 @@ def build_wheel_venv(base: Path) -> WheelVenv:
     root = base / "v"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=TIMEOUT)
     python = root / "bin" / "python"
-    # Installed before the venv sees ours: pip then finds no `distmatch` (e.g. our editable one) already there.
+    # Installed before the venv sees ours: pip then finds no `distmatch` (e.g. our editable one) already there; nor
+    # through a PYTHONPATH pointing at a checkout (its distmatch.egg-info would count as installed).
     subprocess.run(
         [*pip, "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
         check=True,
         timeout=TIMEOUT,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     site_packages = Path(
         subprocess.check_output(

@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.helpers.env import REPO_ROOT
 
 REPO = REPO_ROOT
-PACKAGES = ("trl_ext", "axolotl_distmatch", "eval_tasks")
+PACKAGES = ("trl_ext", "axolotl_distmatch", "eval_tasks", "distmatch_hooks")
 
 
 def _module_name(path: Path) -> str:
