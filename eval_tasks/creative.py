@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from eval_tasks.metrics.names import DIVERSITY_METRICS
+
 __all__ = ["CREATIVE_TASKS", "DIVERSITY_METRICS", "PACKAGE_DATA", "creative_documents", "diversity_scores"]
 
 log = logging.getLogger(__name__)
 
 PACKAGE_DATA = Path(__file__).resolve().parent / "data"
-DIVERSITY_METRICS = ("ngram_diversity", "self_bleu_diversity", "sbert_diversity")
 
 CREATIVE_TASKS = {
     "poem": {"file": "gem_poem_prompts.jsonl", "rows": 573, "source": "titles of merve/poetry (all 573)"},

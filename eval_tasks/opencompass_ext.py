@@ -1,6 +1,6 @@
 """OpenCompass dataset classes and evaluators of the distmatch suite (used by ``eval_tasks/opencompass_configs``).
 
-The datasets load exactly what the lm-eval tasks load (:mod:`eval_tasks.data`: the same Hub ids, revisions and
+The datasets load exactly what the lm-eval tasks load (:mod:`eval_tasks.dataset_loading`: the same Hub ids, revisions and
 splits, or the same local files when ``$DISTMATCH_EVAL_DATA_DIR`` is set); OpenCompass's own ``TopkRetriever``,
 ``FixKRetriever``, ``PPLInferencer`` and ``GenInferencer`` then build and score the prompts.
 
@@ -24,7 +24,7 @@ from opencompass.openicl.icl_evaluator import BaseEvaluator  # noqa: E402
 from opencompass.openicl.icl_retriever import TopkRetriever  # noqa: E402
 from opencompass.registry import ICL_EVALUATORS, ICL_RETRIEVERS, LOAD_DATASET  # noqa: E402
 
-from eval_tasks import data, nlu  # noqa: E402
+from eval_tasks import dataset_loading, nlu  # noqa: E402
 from eval_tasks.creative import DIVERSITY_METRICS, creative_documents, diversity_scores  # noqa: E402
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
 
 
 def _data_dir(data_dir: str | None) -> str | None:
-    return data_dir or os.environ.get(data.DATA_DIR_ENV) or None
+    return data_dir or os.environ.get(dataset_loading.DATA_DIR_ENV) or None
 
 
 @LOAD_DATASET.register_module()
@@ -56,7 +56,7 @@ class DistMatchICLDataset(BaseDataset):
         splits = {"train": spec.pool_split, "test": spec.test_split}
         return DatasetDict(
             {
-                name: data.load_split(
+                name: dataset_loading.load_split(
                     spec.key, spec.path, spec.name, spec.revision, split, where
                 ).select_columns(columns)
                 for name, split in splits.items()
@@ -93,7 +93,7 @@ class DistMatchMMLUDataset(BaseDataset):
         spec, where = nlu.MMLU, _data_dir(data_dir)
         out = {}
         for split_name, split in (("dev", spec.shot_split), ("test", spec.test_split)):
-            rows = data.load_split(spec.key, spec.path, spec.name, spec.revision, split, where)
+            rows = dataset_loading.load_split(spec.key, spec.path, spec.name, spec.revision, split, where)
             rows = rows.filter(lambda row: row["subject"] == name)
             out[split_name] = Dataset.from_list(
                 [
@@ -114,7 +114,7 @@ class DistMatchIFEvalDataset(BaseDataset):
 
     @staticmethod
     def load(data_dir: str | None = None, **_: Any) -> Dataset:
-        rows = data.ifeval_documents(data_dir=_data_dir(data_dir))
+        rows = dataset_loading.ifeval_documents(data_dir=_data_dir(data_dir))
         return Dataset.from_list(
             [
                 {
@@ -188,5 +188,5 @@ class DistMatchIFEvaluator(IFEvaluator):
     def score(
         self, predictions: Sequence[str], references: Sequence[Any], origin_prompt: Sequence[Any]
     ) -> dict:
-        data.ensure_punkt_tab()
+        dataset_loading.ensure_punkt_tab()
         return super().score(predictions, references, origin_prompt)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from distmatch_import_hook import DistMatchConfigError
+from distmatch_hooks import DistMatchConfigError
 
 __all__ = [
     "DistMatchConfigError",

@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    from distmatch_import_hook import DistMatchConfigError
+    from distmatch_hooks import DistMatchConfigError
 
     try:
         return launch_sft(argv[argv.index(args.command) + 1 :])

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from distmatch_import_hook import DistMatchConfigError
+from distmatch_hooks import DistMatchConfigError
 
 BUILTIN = ("frozen", "live")
 #: `owner/name` or `name`: letters, digits, `-`, `_`, `.` (no `--` / `..`, no leading/trailing `-` / `.`), <= 96.

@@ -22,7 +22,7 @@ require_lm_eval()
 
 from lm_eval.api.task import ConfigurableTask  # noqa: E402
 
-from eval_tasks import data  # noqa: E402
+from eval_tasks import dataset_loading  # noqa: E402
 from eval_tasks.creative import creative_documents, diversity_scores  # noqa: E402
 from eval_tasks.lm_eval_tasks.options import check_task_options  # noqa: E402
 from eval_tasks.protocols import TASK_OPTIONS, protocol_differences, resolve_options  # noqa: E402
@@ -64,16 +64,16 @@ def load_icl_dataset(distmatch_task: str, **options: Any) -> Any:
     """Test documents of one retrieval task with demonstrations and per-label full prompts baked in."""
     task = f"distmatch_{distmatch_task}"
     resolved = resolve_options("icl", options, task)
-    cache = data.option(options, "cache_dir")
-    docs, info = data.icl_documents(
+    cache = dataset_loading.option(options, "cache_dir")
+    docs, info = dataset_loading.icl_documents(
         distmatch_task,
         template=resolved["template"],
-        retriever_model=data.option(options, "retriever_model", RETRIEVER_ENV),
-        ice_num=int(data.option(options, "ice_num", default=8)),
-        data_dir=data.option(options, "data_dir", data.DATA_DIR_ENV),
+        retriever_model=dataset_loading.option(options, "retriever_model", RETRIEVER_ENV),
+        ice_num=int(dataset_loading.option(options, "ice_num", default=8)),
+        data_dir=dataset_loading.option(options, "data_dir", dataset_loading.DATA_DIR_ENV),
         cache_dir=False if cache is not None and not _flag(cache) else cache,
-        device=data.option(options, "retriever_device"),
-        batch_size=int(data.option(options, "retriever_batch_size", default=64)),
+        device=dataset_loading.option(options, "retriever_device"),
+        batch_size=int(dataset_loading.option(options, "retriever_batch_size", default=64)),
         openicl_round_trip=resolved["openicl_round_trip"],
     )
     log.info(
@@ -145,16 +145,24 @@ def _token_counts(texts: list[str], options: Mapping[str, Any], task: str) -> di
 
 
 def load_mmlu_dataset(**options: Any) -> Any:
-    return _dataset_dict(data.mmlu_documents(data_dir=data.option(options, "data_dir", data.DATA_DIR_ENV)))
+    return _dataset_dict(
+        dataset_loading.mmlu_documents(
+            data_dir=dataset_loading.option(options, "data_dir", dataset_loading.DATA_DIR_ENV)
+        )
+    )
 
 
 def load_ifeval_dataset(**options: Any) -> Any:
-    data.ensure_punkt_tab()
-    return _dataset_dict(data.ifeval_documents(data_dir=data.option(options, "data_dir", data.DATA_DIR_ENV)))
+    dataset_loading.ensure_punkt_tab()
+    return _dataset_dict(
+        dataset_loading.ifeval_documents(
+            data_dir=dataset_loading.option(options, "data_dir", dataset_loading.DATA_DIR_ENV)
+        )
+    )
 
 
 def load_creative_dataset(distmatch_task: str, **options: Any) -> Any:
-    return _dataset_dict(creative_documents(distmatch_task, data.option(options, "prompts_file")))
+    return _dataset_dict(creative_documents(distmatch_task, dataset_loading.option(options, "prompts_file")))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -202,7 +210,7 @@ def subject_macro_mean(items: list[tuple[str, float]]) -> float:
 
 
 def _ifeval_utils() -> Any:
-    data.ensure_punkt_tab()  # before lm-eval's instructions_util tries nltk.download at import
+    dataset_loading.ensure_punkt_tab()  # before lm-eval's instructions_util tries nltk.download at import
     from lm_eval.tasks.ifeval import utils
 
     return utils
@@ -286,7 +294,7 @@ class ICLTask(DistMatchTask):
 
     def prepare_config(self, config: dict[str, Any]) -> None:
         # Record the encoder (option, else its environment variable, else the protocol's) in the results file.
-        encoder = data.option(self.options, "retriever_model", RETRIEVER_ENV, DEFAULT_RETRIEVER)
+        encoder = dataset_loading.option(self.options, "retriever_model", RETRIEVER_ENV, DEFAULT_RETRIEVER)
         config["metadata"]["retriever_model"] = self.options["retriever_model"] = str(encoder)
 
 

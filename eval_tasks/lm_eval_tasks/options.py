@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distmatch_import_hook import DistMatchConfigError
+from distmatch_hooks import DistMatchConfigError
 
 __all__ = [
     "TASK_OPTIONS",
@@ -166,7 +166,7 @@ def check_task_options(metadata: Mapping[str, Any], model_args: Iterable[str] | 
 
 
 def _task_keys(task_names: Iterable[str]) -> list[str]:
-    """The data keys (`eval_tasks.nlu` / `eval_tasks.data`) of the requested distmatch tasks and groups."""
+    """The data keys (`eval_tasks.nlu` / `eval_tasks.dataset_loading`) of the requested distmatch tasks and groups."""
     from eval_tasks import nlu
 
     keys: list[str] = []
@@ -184,7 +184,7 @@ def _task_keys(task_names: Iterable[str]) -> list[str]:
 
 def requested_splits(task_names: Iterable[str]) -> list[tuple[str, str, str]]:
     """(data key, Hub dataset id, split) of every split the requested distmatch tasks load."""
-    from eval_tasks import data, nlu
+    from eval_tasks import dataset_loading, nlu
 
     splits = []
     for key in _task_keys(task_names):
@@ -193,20 +193,20 @@ def requested_splits(task_names: Iterable[str]) -> list[tuple[str, str, str]]:
             splits += [(key, spec.path, spec.test_split), (key, spec.path, spec.pool_split)]
         elif key == nlu.MMLU.key:
             splits += [(key, nlu.MMLU.path, nlu.MMLU.test_split), (key, nlu.MMLU.path, nlu.MMLU.shot_split)]
-        elif key == data.IFEVAL["key"]:
-            splits.append((key, data.IFEVAL["path"], data.IFEVAL["split"]))
+        elif key == dataset_loading.IFEVAL["key"]:
+            splits.append((key, dataset_loading.IFEVAL["path"], dataset_loading.IFEVAL["split"]))
     return list(dict.fromkeys(splits))
 
 
 def missing_data(task_names: Iterable[str], data_dir: str | os.PathLike[str]) -> list[str]:
     """Every local file the requested tasks need under `data_dir` that is not there (one line each)."""
-    from eval_tasks import data
+    from eval_tasks import dataset_loading
 
     missing = []
     for key, path, split in requested_splits(task_names):
         try:
-            data.load_arguments(key, path, None, None, split, data_dir)
-        except data.DataUnavailableError:
+            dataset_loading.load_arguments(key, path, None, None, split, data_dir)
+        except dataset_loading.DataUnavailableError:
             base = split.split("[", 1)[0]
             missing.append(
                 f"{Path(data_dir).expanduser() / key / (base + '.jsonl')} (Hub {path!r}, split {base!r})"
@@ -223,13 +223,13 @@ def preflight(
         return
     metadata = dict(metadata or {})
     check_task_options(metadata, model_args)
-    from eval_tasks import data
+    from eval_tasks import dataset_loading
 
-    data_dir = data.option(metadata, "data_dir", data.DATA_DIR_ENV)
+    data_dir = dataset_loading.option(metadata, "data_dir", dataset_loading.DATA_DIR_ENV)
     if data_dir:
         missing = missing_data(names, data_dir)
         if missing:
-            source = "data_dir option" if metadata.get("data_dir") else f"${data.DATA_DIR_ENV}"
+            source = "data_dir option" if metadata.get("data_dir") else f"${dataset_loading.DATA_DIR_ENV}"
             raise DistMatchConfigError(
                 f"the local data folder {data_dir} ({source}) lacks {len(missing)} split(s) the requested tasks "
                 f"need: {'; '.join(missing)}. Export each split as JSON Lines with the Hub dataset's columns to "

@@ -38,6 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eval_tasks.metrics.names import DIVERSITY_METRICS
+from eval_tasks.report.labels import SHORT_TITLES
+from eval_tasks.samples import read_jsonl, write_json
+
 DEMO_DIR = Path(__file__).resolve().parent
 DATA_DIR = DEMO_DIR / "data"
 DEFAULT_LOSSES = ("ce", "gem_ls", "emo")
@@ -593,47 +597,34 @@ def train_one(
 def generate_samples(
     model: Any, tokenizer: Any, prompts: Sequence[Mapping[str, Any]], cfg: DemoConfig, desc: str
 ) -> list[dict[str, Any]]:
-    """K samples per prompt with `distmatch-eval generate`'s HF path (same prompt encoding, padding, seeding)."""
-    from eval_tasks import cli
+    """K samples per prompt with `distmatch-eval generate`'s HF path (eval_tasks.generation: same prompt encoding,
+    padding, seeding)."""
+    from eval_tasks import generation as G
 
-    args = argparse.Namespace(
+    sampling = G.Sampling(
         num_samples=cfg.samples,
         temperature=cfg.temperature,
         top_k=cfg.top_k,
         top_p=cfg.top_p,
         max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
     )
-    meta = {
-        "model": desc,
-        "backend": "hf",
-        "num_samples": cfg.samples,
-        "temperature": cfg.temperature,
-        "top_k": cfg.top_k,
-        "top_p": cfg.top_p,
-        "max_new_tokens": cfg.max_new_tokens,
-        "seed": cfg.seed,
-        "benchmark": HELDOUT_BENCHMARK,
-        "prompts_file": str(cfg.heldout_file),
-        "num_prompts_in_file": len(prompts),
-    }
+    meta = G.generation_meta(
+        desc,
+        "hf",
+        sampling,
+        benchmark=HELDOUT_BENCHMARK,
+        prompts_file=str(cfg.heldout_file),
+        num_prompts_in_file=len(prompts),
+    )
+    encoded = G.encode_prompts(tokenizer, [{"id": p["id"], "prompt": p["prompt"]} for p in prompts])
     rows: list[dict[str, Any]] = []
     bar = _bar(len(prompts) * cfg.samples, f"sample {desc}", cfg.progress, unit="sample")
-    for start in range(0, len(prompts), cfg.gen_batch):
-        chunk = [{"id": p["id"], "prompt": p["prompt"]} for p in prompts[start : start + cfg.gen_batch]]
-        encoded = [cli._encode_prompt(tokenizer, record, "auto") for record in chunk]
-        # seeded by the position of the batch's first prompt, as `distmatch-eval generate` does
-        outs = cli._hf_generate(model, tokenizer, [ids for _, ids, _ in encoded], args, cfg.seed + start)
-        for record, (text, _, chat), samples in zip(chunk, encoded, outs):
-            rows.append(
-                {
-                    "id": record["id"],
-                    "prompt": record["prompt"],
-                    "input_text": text,
-                    "samples": samples,
-                    "meta": {**meta, "chat_template": chat},
-                }
-            )
-        bar.update(len(chunk) * cfg.samples)
+    for batch in G.generate_batches(
+        encoded, sampling, meta, model=model, tokenizer=tokenizer, batch_size=cfg.gen_batch
+    ):
+        rows += batch
+        bar.update(len(batch) * cfg.samples)
     bar.close()
     return rows
 
@@ -659,95 +650,74 @@ def evaluate(
     """Score `model` on the held-out set and sample from it; write the run's nexttoken / samples / diversity files."""
     import torch
 
-    from eval_tasks import metrics as M
+    from eval_tasks import results as E
+    from eval_tasks import samples as S
 
     run_dir.mkdir(parents=True, exist_ok=True)
     device = _device(cfg)
     model.to(device=device, dtype=torch.float32).eval()
     started = time.time()
     scored = [{"prompt": r["prompt"], "completion": r["completion"]} for r in heldout[: cfg.eval_examples]]
-    stats = M.next_token_stats(
-        model, tokenizer, scored, batch_size=8, max_length=cfg.max_length, progress=cfg.progress
+    nexttoken = E.nexttoken_result(
+        model,
+        tokenizer,
+        model_name=name,
+        records=scored,
+        benchmark=HELDOUT_BENCHMARK,
+        data_file=str(cfg.heldout_file),
+        max_length=cfg.max_length,
+        progress=cfg.progress,
     )
-    probes = [M.next_token_distribution(model, tokenizer, p, top_k=10) for p in M.GEM_FIGURE6_PROMPTS]
-    nexttoken = {
-        "kind": "distmatch.nexttoken",
-        "format_version": 1,
-        "model": name,
-        "benchmark": HELDOUT_BENCHMARK,
-        "data_file": str(cfg.heldout_file),
-        "stats": stats.to_dict(),
-        "probes": probes,
-    }
-    _write_json(run_dir / "nexttoken.json", nexttoken)
+    S.write_json(run_dir / "nexttoken.json", nexttoken)
+    stats = nexttoken["stats"]
     if compute_dtype(cfg, device) == "bfloat16":
         model.to(torch.bfloat16)  # sampling only: about 2x faster on AVX512-BF16 CPUs
     rows = generate_samples(model, tokenizer, heldout[: cfg.prompts], cfg, name)
     samples_file = run_dir / "samples.jsonl"
-    samples_file.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    diversity = M.corpus_diversity(rows, allow_empty=True, sbert_model=cfg.sbert_model, progress=False)
-    _write_json(
-        run_dir / "diversity.json",
-        {
-            "kind": "distmatch.diversity",
-            "format_version": 1,
-            "samples_file": str(samples_file),
-            "model": name,
-            "generation": rows[0]["meta"],
-            "benchmark": HELDOUT_BENCHMARK,
-            "num_prompts": len(rows),
-            "metrics": diversity.metrics,
-            "settings": diversity.settings,
-            "per_prompt": diversity.per_prompt,
-            "protocol_differences": [],  # the demo's own prompts: no published numbers to compare with
-            "comparable_to_published": False,
-            "samples_per_prompt": [cfg.samples],
-        },
+    S.write_jsonl(samples_file, rows)
+    diversity = E.diversity_result(
+        rows,
+        samples_file=str(samples_file),
+        benchmark=HELDOUT_BENCHMARK,
+        protocol_differences=[],  # the demo's own prompts: no published numbers to compare with
+        allow_empty=True,
+        sbert_model=cfg.sbert_model,
     )
+    S.write_json(run_dir / "diversity.json", diversity)
     texts = [s for r in rows for s in r["samples"]]
     words = [len(s.split()) for s in texts]
     result = {
         "name": name,
-        "stats": stats.to_dict(),
+        "stats": stats,
         "diversity": {},
         "mean_words": sum(words) / len(words),
         "empty_samples": sum(1 for s in texts if not s.strip()),
         "num_samples": len(texts),
-        "per_prompt": diversity.per_prompt,
+        "per_prompt": diversity["per_prompt"],
         "eval_seconds": time.time() - started,
     }
-    for key in diversity.metrics:
-        result["diversity"][key] = _mean_se([row[key] for row in diversity.per_prompt])
+    for key in diversity["metrics"]:
+        result["diversity"][key] = _mean_se([row[key] for row in diversity["per_prompt"]])
     log(
-        f"eval {name}: perplexity {stats.perplexity:.2f}, entropy {stats.mean_entropy:.3f}, "
+        f"eval {name}: perplexity {stats['perplexity']:.2f}, entropy {stats['mean_entropy']:.3f}, "
         + ", ".join(f"{METRIC_SHORT[k]} {v[0]:.1f}" for k, v in result["diversity"].items())
         + f" ({result['eval_seconds']:.0f} s)"
     )
     return result
 
 
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 # ---------------------------------------------------------------------------------------------------------
 # 5. Report
 
-METRIC_SHORT = {
-    "ngram_diversity": "n-gram div",
-    "self_bleu_diversity": "Self-BLEU div",
-    "sbert_diversity": "SBERT div",
-}
+#: the diversity columns (metric -> short title), in the order of eval_tasks.metrics.names
+METRIC_SHORT = {key: SHORT_TITLES[key] for key in DIVERSITY_METRICS}
 COLUMNS = (
     ("run", "run"),
     ("ce", "held-out CE"),
     ("ppl", "perplexity"),
     ("entropy", "entropy"),
     ("top1", "top-1 prob"),
-    ("ngram_diversity", "n-gram div"),
-    ("self_bleu_diversity", "Self-BLEU div"),
-    ("sbert_diversity", "SBERT div"),
+    *METRIC_SHORT.items(),
     ("words", "words/sample"),
     ("train_ce", "train CE (last)"),
     ("train_s", "train s"),
@@ -821,7 +791,7 @@ def differences(results: Sequence[Mapping[str, Any]], reference: str = "ce") -> 
             f"perplexity {r['stats']['perplexity'] - ref['stats']['perplexity']:+.2f}",
             f"entropy {r['stats']['mean_entropy'] - ref['stats']['mean_entropy']:+.3f} nats",
         ]
-        for key in ("ngram_diversity", "self_bleu_diversity", "sbert_diversity"):
+        for key in DIVERSITY_METRICS:
             if key not in r["diversity"]:
                 continue
             deltas = [a[key] - b[key] for a, b in zip(r["per_prompt"], ref["per_prompt"])]
@@ -830,45 +800,6 @@ def differences(results: Sequence[Mapping[str, Any]], reference: str = "ce") -> 
             parts.append(f"{METRIC_SHORT[key]} {mean:+.1f} ± {se:.1f}{flag}")
         lines.append(f"- **{r['name']} vs {reference}**: " + "; ".join(parts))
     return lines
-
-
-def summary_plot(rows: Sequence[Mapping[str, Any]], out: Path) -> Path | None:
-    """Held-out perplexity (x) against each diversity metric (y), one point per run: the quality/diversity view."""
-    from eval_tasks.report import _plt
-
-    keys = [
-        k for k in ("ngram_diversity", "self_bleu_diversity", "sbert_diversity") if any(k in r for r in rows)
-    ]
-    if not keys:
-        return None
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.4 * len(keys) + 0.4, 3.9), squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        for i, row in enumerate(rows):
-            se = row.get(f"{key}_se")
-            ax.errorbar(
-                row["ppl"],
-                row[key],
-                yerr=None if se is None or math.isnan(se) else se,
-                fmt="o",
-                color=f"C{i}",
-                capsize=3,
-                label=row["run"],
-            )
-            ax.annotate(
-                row["run"], (row["ppl"], row[key]), textcoords="offset points", xytext=(5, 4), fontsize=8
-            )
-        ax.set_xlabel("held-out perplexity (lower = fits references)")
-        ax.set_ylabel(f"{METRIC_SHORT[key]} (0-100, ± s.e. over prompts)")
-        ax.set_title(METRIC_SHORT[key])
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle("Held-out perplexity vs diversity of K samples per prompt")
-    fig.tight_layout()
-    path = out / "summary.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def _excerpt(text: str, limit: int = 160) -> str:
@@ -919,6 +850,7 @@ def make_plots(
 ) -> dict[str, Path]:
     """`summary.png` in the output folder, and the standard `distmatch-eval report` of the runs in `eval_report/`."""
     from eval_tasks import report as R
+    from eval_tasks.report.plots import quality_diversity_plot
 
     out = Path(cfg.out_dir)
     written = R.build_report(
@@ -928,7 +860,7 @@ def make_plots(
         published=False,
     )
     plots = {p.stem: p for p in written if p.suffix == ".png"}
-    summary = summary_plot(table_rows(results, training), out)
+    summary = quality_diversity_plot(table_rows(results, training), out, titles=METRIC_SHORT)
     if summary is not None:
         plots["summary"] = summary
     return plots
@@ -1004,7 +936,7 @@ def write_report(
         prompt = None
         sample_rows = []
         for r in results:
-            record = _read_samples(runs_dir / r["name"] / "samples.jsonl")[prompt_index]
+            record = read_jsonl(runs_dir / r["name"] / "samples.jsonl")[prompt_index]
             prompt = record["prompt"]
             for j, sample in enumerate(record["samples"][:3]):
                 sample_rows.append(f"| {r['name'] if j == 0 else ''} | {_excerpt(sample)} |")
@@ -1041,7 +973,7 @@ def write_report(
     ]
     report_md = out / "report.md"
     report_md.write_text("\n".join(lines), encoding="utf-8")
-    _write_json(
+    write_json(
         out / "results.json",
         {
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()},
@@ -1052,10 +984,6 @@ def write_report(
         },
     )
     return report_md
-
-
-def _read_samples(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _duration(seconds: float) -> str:

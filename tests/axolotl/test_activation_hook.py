@@ -1,4 +1,4 @@
-"""`loss:` without `plugins:` (`distmatch_axolotl_hook.py`): the activation hook adds the plugin, in a venv set up
+"""`loss:` without `plugins:` (`distmatch_hooks/axolotl.py`): the activation hook adds the plugin, in a venv set up
 like the project's, through the real `axolotl train` CLI.
 
 Runs in `.venv-axolotl` (Axolotl 0.19) and `.venv-axolotl-latest` (Axolotl 0.21) (`make test`: `axolotl_env`, set on
@@ -32,7 +32,7 @@ from tests.helpers.env import REPO_ROOT  # noqa: E402
 
 
 def test_hook_adds_the_plugin_only_for_distmatch_keys() -> None:
-    import distmatch_axolotl_hook as hook
+    import distmatch_hooks.axolotl as hook
     from trl_ext.options import LOSS_OPTIONS
 
     assert set(hook.OPTION_NAMES) == {

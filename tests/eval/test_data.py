@@ -1,4 +1,4 @@
-"""Loading the evaluation data (`eval_tasks/data.py`): the Hub loader's pinned arguments, local JSONL folders."""
+"""Loading the evaluation data (`eval_tasks/dataset_loading.py`): the Hub loader's pinned arguments, local JSONL folders."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import data, nlu
+from eval_tasks import dataset_loading as data
+from eval_tasks import nlu
 from tests.helpers.eval_fixtures import write_eval_data
 
 

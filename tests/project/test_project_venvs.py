@@ -1,7 +1,7 @@
 """The project's own venvs behave like a user's install: the activation hooks a wheel ships are installed there too.
 
 `make venvs` installs distmatch editable (no `.pth` hooks in that kind of install) and then runs
-`python distmatch_import_hook.py install-pth`, which writes the same `.pth` files a wheel has. Checked here in a
+`python -m distmatch_hooks install-pth`, which writes the same `.pth` files a wheel has. Checked here in a
 throw-away venv set up the same way (`tests/helpers/project_venv.py`), and in the venv running the tests.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import distmatch_import_hook
-from distmatch_import_hook import PTH_FILES, install_pth_files
+import distmatch_hooks
+from distmatch_hooks.pth import PTH_FILES, install_pth_files
 from tests.helpers.env import OFFLINE_ENV, REPO_ROOT
 from tests.helpers.project_venv import make_project_like_venv
 
@@ -30,7 +30,7 @@ def _env(tmp: Path) -> dict[str, str]:
 
 def test_install_pth_files_is_idempotent_and_recorded(tmp_path):
     record = tmp_path / "RECORD"
-    record.write_text("distmatch_trl_hook.pth,,\nother.py,sha256=x,1\n")
+    record.write_text(f"{next(iter(PTH_FILES))},,\nother.py,sha256=x,1\n")  # one listed already
     for _ in range(2):
         written = install_pth_files(str(tmp_path), str(record))
     assert sorted(Path(p).name for p in written) == sorted(PTH_FILES)
@@ -42,12 +42,13 @@ def test_install_pth_files_is_idempotent_and_recorded(tmp_path):
 def test_every_pth_file_imports_a_shipped_hook_module():
     import tomllib
 
-    modules = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["py-modules"]
+    packages = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     for name, line in PTH_FILES.items():
         module = name.removesuffix(".pth")
-        assert line == f"import {module}\n" and module in modules
-        assert (REPO_ROOT / f"{module}.py").is_file()
-    assert distmatch_import_hook.__name__ in modules
+        package, _, submodule = module.partition(".")
+        assert line == f"import {module}\n" and package in packages["find"]["include"]
+        assert (REPO_ROOT / package / f"{submodule}.py").is_file()
+    assert distmatch_hooks.__name__ in packages["find"]["include"]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ import torch
 
 pytest.importorskip("trl")  # not in .venv-opencompass (OpenCompass pins datasets < 4; TRL needs >= 4.7)
 
-from distmatch_import_hook import DistMatchConfigError, _config_errors  # noqa: E402
+from distmatch_hooks import DistMatchConfigError  # noqa: E402
+from distmatch_hooks._common import _config_errors  # noqa: E402
 from tests.helpers.env import REPO_ROOT  # noqa: E402
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
 from trl_ext.checks import check_option_usage  # noqa: E402
@@ -112,7 +113,7 @@ def test_one_line_printer_finds_our_error_in_chains_and_pydantic_errors():
 def test_refused_setting_exits_with_one_line(tmp_path):
     """The printer installed by the hooks: `error: <message>`, exit status 1, no traceback."""
     script = (
-        "from distmatch_import_hook import DistMatchConfigError, print_config_errors_as_one_line\n"
+        "from distmatch_hooks._common import DistMatchConfigError, print_config_errors_as_one_line\n"
         "print_config_errors_as_one_line()\n"
         "raise DistMatchConfigError('gem_beta=0.5 is set but `loss` is unset')\n"
     )

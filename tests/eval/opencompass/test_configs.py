@@ -251,7 +251,7 @@ def _read(run_dir: Path, kind: str, abbr: str) -> dict[str, Any]:
 
 
 def test_topk_ppl_prompts_equal_the_lm_eval_prompts(oc_run: tuple[Path, Path, str]) -> None:
-    from eval_tasks import data
+    from eval_tasks import dataset_loading as data
 
     run_dir, data_dir, encoder = oc_run
     predictions = _read(run_dir, "predictions", "distmatch_sst2")
@@ -270,7 +270,8 @@ def test_topk_ppl_prompts_equal_the_lm_eval_prompts(oc_run: tuple[Path, Path, st
 def test_emo_code_suite_equals_the_emo_official_lm_eval_prompts(oc_run: tuple[Path, Path, str]) -> None:
     """OpenCompass's EMO-protocol suite and lm-eval's `protocol: emo_official`: the same demonstrations (retrieved
     on the texts after the round trip with OpenICL's clean-up) and the same emo_code prompt strings."""
-    from eval_tasks import data, retrieval
+    from eval_tasks import dataset_loading as data
+    from eval_tasks import retrieval
 
     run_dir, data_dir, encoder = oc_run
     predictions = _read(run_dir, "predictions", "distmatch_sst2_emo_code")
@@ -291,7 +292,7 @@ def test_emo_code_suite_equals_the_emo_official_lm_eval_prompts(oc_run: tuple[Pa
 
 
 def test_mmlu_ppl_prompts_equal_the_lm_eval_context(oc_run: tuple[Path, Path, str]) -> None:
-    from eval_tasks import data
+    from eval_tasks import dataset_loading as data
 
     run_dir, data_dir, _ = oc_run
     docs = data.mmlu_documents(data_dir=str(data_dir))

@@ -1,4 +1,4 @@
-"""The TRL activation hook's decision, in process (`distmatch_trl_hook.py`): which `trl sft` command lines and config
+"""The TRL activation hook's decision, in process (`distmatch_hooks/trl.py`): which `trl sft` command lines and config
 files activate it, the on/off switch, and that it knows every distmatch option. The hook runs for real in
 test_trl_sft.py.
 
@@ -18,7 +18,9 @@ from tests.helpers.env import REPO_ROOT
 
 def _load_hook_module():
     """The hook module from the working tree, under another name (importing it must stay inert here)."""
-    spec = importlib.util.spec_from_file_location("_hook_under_test", REPO_ROOT / "distmatch_trl_hook.py")
+    spec = importlib.util.spec_from_file_location(
+        "_hook_under_test", REPO_ROOT / "distmatch_hooks" / "trl.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -3,7 +3,7 @@
 Real processes, no mocks, offline. A wheel is built from the working tree and installed (not editable) into a fresh
 venv that sees the running venv's packages through a path line in a `.pth` file. Python does not process `.pth`
 files of a directory added that way, so the running venv's editable install (and its finder) stays inactive, while
-the wheel's `distmatch_trl_hook.pth` sits in the new venv's own site-packages and is processed at every start.
+the wheel's `distmatch_hooks.trl.pth` sits in the new venv's own site-packages and is processed at every start.
 `trl sft` then runs as users run it: the `trl` console script parses, and `accelerate launch` starts TRL's
 `trl/scripts/sft.py` in a child process, which trains.
 
@@ -21,13 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from distmatch_hooks.pth import PTH_FILES
 from tests.helpers.cli import WheelVenv, cli_env, free_port, run_cli, tail
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
 TIMEOUT = 600
 N_EXAMPLES = 48  # toy conversations; 4 rows per device and step
 HOOK_LINE = re.compile(
-    r"distmatch_trl_hook\[(\d+)\]: (active in (.+?) \(options: (.*)\)|trl\.SFTConfig -> .*)$"
+    r"distmatch_hooks\.trl\[(\d+)\]: (active in (.+?) \(options: (.*)\)|trl\.SFTConfig -> .*)$"
 )
 
 
@@ -38,22 +39,31 @@ HOOK_LINE = re.compile(
 def test_wheel_ships_the_hook_at_its_root(wheel_venv):
     with zipfile.ZipFile(wheel_venv.wheel) as wheel:
         names = wheel.namelist()
-        assert wheel.read("distmatch_trl_hook.pth").decode() == "import distmatch_trl_hook\n"
+        assert wheel.read("distmatch_hooks.trl.pth").decode() == "import distmatch_hooks.trl\n"
         record = next(n for n in names if n.endswith(".dist-info/RECORD"))
-        assert "distmatch_trl_hook.pth," in wheel.read(record).decode()  # `pip uninstall` removes it
+        assert "distmatch_hooks.trl.pth," in wheel.read(record).decode()  # `pip uninstall` removes it
         entry_points = wheel.read(
             next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         ).decode()
-    assert {"distmatch_trl_hook.py", "trl_ext/cli.py", "trl_ext/scripts/distmatch_sft.py"} <= set(names)
+    assert {
+        "distmatch_hooks/trl.py",
+        "distmatch_hooks/_common.py",
+        "trl_ext/cli.py",
+        "trl_ext/scripts/distmatch_sft.py",
+    } <= set(names)
+    assert {name for name in names if name.endswith(".pth")} == set(PTH_FILES)  # at the root; no old names
+    assert not [name for name in names if name.endswith("_hook.py")]  # no top-level hook modules any more
     assert "distmatch-trl = trl_ext.cli:main" in entry_points
-    assert (wheel_venv.site_packages / "distmatch_trl_hook.pth").read_text() == "import distmatch_trl_hook\n"
+    assert (
+        wheel_venv.site_packages / "distmatch_hooks.trl.pth"
+    ).read_text() == "import distmatch_hooks.trl\n"
     assert wheel_venv.distmatch_trl.is_file()
 
 
 def test_interpreter_start_stays_inert(wheel_venv, tmp_path):
     """Every Python start imports the hook; outside `trl sft` with our options it installs nothing, imports nothing."""
     probe = (
-        "import json, sys; print(json.dumps({'hook': 'distmatch_trl_hook' in sys.modules, "
+        "import json, sys; print(json.dumps({'hook': 'distmatch_hooks.trl' in sys.modules, "
         "'finder': [f.target for f in sys.meta_path if getattr(f, 'target', None) == 'trl'], "
         "'heavy': [m for m in ('trl', 'trl_ext', 'yaml', 'torch') if m in sys.modules], "
         "'trl_ext': __import__('importlib.util').util.find_spec('trl_ext').origin}))"
@@ -96,8 +106,14 @@ def test_interpreter_start_stays_inert(wheel_venv, tmp_path):
         env=cli_env(tmp_path),
         timeout=60,
     )
-    (line,) = [line for line in timing.stderr.splitlines() if re.search(r"\|\s+distmatch_trl_hook$", line)]
-    assert int(line.split("|")[1]) < 50_000, line  # cumulative microseconds (about 1 ms in practice)
+    # The package (with the mechanism the hooks share) is imported first, then the TRL hook: one line each.
+    lines = {
+        name: [line for line in timing.stderr.splitlines() if re.search(rf"\|\s+{re.escape(name)}$", line)]
+        for name in ("distmatch_hooks", "distmatch_hooks.trl")
+    }
+    assert all(len(found) == 1 for found in lines.values()), lines
+    cumulative = sum(int(found[0].split("|")[1]) for found in lines.values())
+    assert cumulative < 50_000, lines  # cumulative microseconds (about 1 ms in practice)
 
 
 # ---------------------------------------------------------------------------------------------------------------

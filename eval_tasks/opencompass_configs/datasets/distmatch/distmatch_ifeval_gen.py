@@ -3,7 +3,7 @@
 Use a chat model (``--hf-type chat`` / ``HuggingFacewithChatTemplate``) without sampling ``generation_kwargs``.
 Metrics: OpenCompass's IFEval scorer (prompt/instruction-level strict/loose accuracy, in %), with NLTK's
 ``punkt_tab`` replaced by an untrained Punkt model when it is not installed (offline). Data: google/IFEval through
-eval_tasks.data ($DISTMATCH_EVAL_DATA_DIR switches to a local JSONL copy).
+eval_tasks.dataset_loading ($DISTMATCH_EVAL_DATA_DIR switches to a local JSONL copy).
 """
 
 from opencompass.openicl.icl_inferencer import GenInferencer

@@ -2,7 +2,7 @@
 
 Per subject: hint + 5 solved dev questions + the test question, one prompt per answer letter ending "Answer: X";
 the letter of lowest perplexity is the prediction. Data: cais/mmlu (config "all", split by its "subject" column)
-through eval_tasks.data ($DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies). The prompt strings equal the
+through eval_tasks.dataset_loading ($DISTMATCH_EVAL_DATA_DIR switches to local JSONL copies). The prompt strings equal the
 lm-eval task distmatch_mmlu's context + " X" (eval_tasks.nlu.mmlu_context).
 """
 

@@ -1,7 +1,8 @@
-"""The mechanism both distmatch activation hooks share: run a callback right after a given module is imported.
+"""The mechanism the distmatch activation hooks share: run a callback right after a given module is imported.
 
-`distmatch_trl_hook` (``trl``) and `distmatch_lm_eval_hook` (``lm_eval.tasks.manager``) are imported by ``.pth``
-files at every interpreter start, so this module imports only ``os``/``sys`` and does nothing until asked.
+`distmatch_hooks.trl` (``trl``), `distmatch_hooks.lm_eval` (``lm_eval.tasks.manager``, ``lm_eval.evaluator``) and
+`distmatch_hooks.axolotl` (``axolotl.cli.config``, ``axolotl.utils.config``) are imported by ``.pth`` files at every
+interpreter start, so this module imports only ``os``/``sys`` and does nothing until asked.
 `PatchAfterImport.install()` puts one ``sys.meta_path`` finder first. On the first import of the target module it
 takes the spec the other finders give, wraps its loader so that, once the module's code has run, the real loader
 is put back (the module looks normally imported: ``importlib.resources`` and friends use ``__spec__.loader``), the
@@ -17,13 +18,6 @@ from collections.abc import Callable
 
 OFF_VALUES = ("0", "false", "no", "off")
 
-#: The activation hooks' `.pth` files: a wheel ships them at the root of site-packages (setup.py); the project's own
-#: venvs (editable installs, which ship no such files) get the same files from `install_pth_files`.
-PTH_FILES = {
-    "distmatch_trl_hook.pth": "import distmatch_trl_hook\n",
-    "distmatch_lm_eval_hook.pth": "import distmatch_lm_eval_hook\n",
-    "distmatch_axolotl_hook.pth": "import distmatch_axolotl_hook\n",
-}
 ENV_DEBUG = "DISTMATCH_DEBUG"
 #: The loss options' config keys, the same in TRL and Axolotl (the hooks must not import `trl_ext.options`: it imports
 #: torch). Kept equal to `trl_ext.options.LOSS_OPTIONS` by the tests.
@@ -160,59 +154,3 @@ class PatchAfterImport:
         """Leave ``sys.meta_path`` (called from the loader: never while an import iterates over it)."""
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-
-
-def install_pth_files(site_packages: str, record: str | None = None) -> list[str]:
-    """Write `PTH_FILES` into `site_packages` (what a wheel install has; for editable installs).
-
-    `record`: a `.dist-info/RECORD` file to list them in, so that `pip uninstall distmatch` removes them too.
-    Returns the paths written. Idempotent.
-    """
-    written = []
-    for name, line in PTH_FILES.items():
-        path = os.path.join(site_packages, name)
-        with open(path, "w", encoding="utf-8") as stream:
-            stream.write(line)
-        written.append(path)
-    if record is not None:
-        with open(record, encoding="utf-8") as stream:
-            listed = {row.split(",", 1)[0] for row in stream.read().splitlines()}
-        with open(record, "a", encoding="utf-8") as stream:
-            stream.writelines(f"{name},,\n" for name in PTH_FILES if name not in listed)
-    return written
-
-
-def _install_main(argv: list[str]) -> int:
-    """`python distmatch_import_hook.py install-pth`: install the hooks into the running interpreter's venv."""
-    import sysconfig
-    from importlib import metadata
-
-    if argv != ["install-pth"]:
-        print("usage: python distmatch_import_hook.py install-pth", file=sys.stderr)
-        return 2
-    site_packages = sysconfig.get_paths()["purelib"]
-    try:
-        files = metadata.distribution("distmatch").files or []
-    except metadata.PackageNotFoundError:
-        print(
-            "distmatch is not installed in this interpreter; install it first (pip install -e .)",
-            file=sys.stderr,
-        )
-        return 1
-    # Listed in distmatch's RECORD when that install lives in this site-packages (pip uninstall removes them).
-    records = [f.locate() for f in files if f.name == "RECORD"]
-    record = next(
-        (
-            str(r)
-            for r in records
-            if os.path.realpath(os.path.dirname(os.path.dirname(r))) == os.path.realpath(site_packages)
-        ),
-        None,
-    )
-    for path in install_pth_files(site_packages, record):
-        print(f"installed {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_install_main(sys.argv[1:]))

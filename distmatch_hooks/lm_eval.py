@@ -2,14 +2,14 @@
 
 lm-eval 0.4.13 has no plugin mechanism for tasks (no entry points, no environment variable): it indexes its own
 ``lm_eval/tasks`` folder plus whatever ``--include_path`` / ``TaskManager(include_path=...)`` names. The distmatch
-wheel installs ``distmatch_lm_eval_hook.pth`` at the root of site-packages; Python runs its single line,
-``import distmatch_lm_eval_hook``, at every interpreter start. So this module is cheap and inert: it imports only
-``os``/``sys`` (and the shared ``distmatch_import_hook``) and puts one ``sys.meta_path`` finder first, which ignores every import except that of
-``lm_eval.tasks.manager``. Right after that module has run, ``TaskManager.__init__`` is wrapped so that the
-distmatch task folder (``eval_tasks/lm_eval_tasks``, located without importing ``eval_tasks``) is searched after
-lm-eval's own tasks and before the user's ``include_path`` (the precedence of lm-eval's upcoming ``lm_eval.tasks``
-entry points: defaults < plugins < ``--include_path``). Nothing else changes; a process that never imports
-lm-eval's task manager is not affected at all.
+wheel installs ``distmatch_hooks.lm_eval.pth`` at the root of site-packages; Python runs its single line,
+``import distmatch_hooks.lm_eval``, at every interpreter start. So this module is cheap and inert: it imports only
+``os``/``sys`` (and the shared ``distmatch_hooks._common``) and puts one ``sys.meta_path`` finder first, which
+ignores every import except that of ``lm_eval.tasks.manager``. Right after that module has run,
+``TaskManager.__init__`` is wrapped so that the distmatch task folder (``eval_tasks/lm_eval_tasks``, located
+without importing ``eval_tasks``) is searched after lm-eval's own tasks and before the user's ``include_path`` (the
+precedence of lm-eval's upcoming ``lm_eval.tasks`` entry points: defaults < plugins < ``--include_path``). Nothing
+else changes; a process that never imports lm-eval's task manager is not affected at all.
 
 It stands down when lm-eval itself discovers task plugins (a release with ``discover_plugin_task_paths``, which
 reads the ``lm_eval.tasks`` entry point distmatch declares), when the user's ``include_path`` already holds the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from distmatch_import_hook import PatchAfterImport, debug, print_config_errors_as_one_line, switched_on
+from distmatch_hooks._common import PatchAfterImport, debug, print_config_errors_as_one_line, switched_on
 
 ENV_SWITCH = "DISTMATCH_LM_EVAL_HOOK"
 TARGET_MODULE = "lm_eval.tasks.manager"
@@ -31,7 +31,7 @@ EVALUATOR_MODULE = "lm_eval.evaluator"
 
 
 def _debug(message: str) -> None:
-    debug("distmatch_lm_eval_hook", message)
+    debug("distmatch_hooks.lm_eval", message)
 
 
 def enabled() -> bool:
@@ -156,8 +156,8 @@ def _patch_evaluator(module: object) -> None:
         _debug(f"simple_evaluate not wrapped: {err!r}")
 
 
-finder = PatchAfterImport(TARGET_MODULE, _patch_quietly, source="distmatch_lm_eval_hook")
-evaluator_finder = PatchAfterImport(EVALUATOR_MODULE, _patch_evaluator, source="distmatch_lm_eval_hook")
+finder = PatchAfterImport(TARGET_MODULE, _patch_quietly, source="distmatch_hooks.lm_eval")
+evaluator_finder = PatchAfterImport(EVALUATOR_MODULE, _patch_evaluator, source="distmatch_hooks.lm_eval")
 
 
 def _activate() -> None:

@@ -4,9 +4,9 @@ Axolotl drops unknown top-level keys silently: without `plugins: [axolotl_distma
 reads `loss: gem_ls` and trains plain cross-entropy; Axolotl >= 0.21 auto-loads the plugin through its
 `axolotl.plugins` entry point but only logs a warning (and trains cross-entropy) if it fails to import.
 
-The distmatch wheel installs `distmatch_axolotl_hook.pth`, whose single line imports this module at every
+The distmatch wheel installs `distmatch_hooks.axolotl.pth`, whose single line imports this module at every
 interpreter start. Like the TRL hook it is cheap and inert: it imports only `os`/`sys` (and the shared
-`distmatch_import_hook`) and puts `sys.meta_path` finders first that ignore every import except those of
+`distmatch_hooks._common`) and puts `sys.meta_path` finders first that ignore every import except those of
 `axolotl.cli.config` and `axolotl.utils.config`. Right after such a module has run, its `prepare_plugins(cfg)`
 (which registers the config's plugins, before validation; `axolotl train` uses the CLI module's) is wrapped:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
-from distmatch_import_hook import (
+from distmatch_hooks._common import (
     LOSS_OPTION_NAMES,
     LOSS_OPTION_PREFIXES,
     DistMatchConfigError,
@@ -46,7 +46,7 @@ OPTION_PREFIXES = LOSS_OPTION_PREFIXES
 
 
 def _debug(message: str) -> None:
-    debug("distmatch_axolotl_hook", message)
+    debug("distmatch_hooks.axolotl", message)
 
 
 def enabled() -> bool:
@@ -131,7 +131,7 @@ def _patch(module: object) -> None:
         _debug(f"not patched: {err!r}")
 
 
-finders = [PatchAfterImport(target, _patch, source="distmatch_axolotl_hook") for target in TARGET_MODULES]
+finders = [PatchAfterImport(target, _patch, source="distmatch_hooks.axolotl") for target in TARGET_MODULES]
 
 
 def _activate() -> None:

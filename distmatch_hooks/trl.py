@@ -1,8 +1,8 @@
 """Activation hook that makes the literal `trl sft --loss emo ...` train with distmatch.
 
-The distmatch wheel installs `distmatch_trl_hook.pth` at the root of site-packages; Python runs its single line,
-`import distmatch_trl_hook`, at every interpreter start. So this module is cheap and inert: it imports nothing
-beyond `os`/`sys` (and the shared `distmatch_import_hook`), looks only at `sys.argv` (and, for
+The distmatch wheel installs `distmatch_hooks.trl.pth` at the root of site-packages; Python runs its single line,
+`import distmatch_hooks.trl`, at every interpreter start. So this module is cheap and inert: it imports nothing
+beyond `os`/`sys` (and the shared `distmatch_hooks._common`), looks only at `sys.argv` (and, for
 `--config file.yaml`, at that file), and never raises at interpreter start.
 
 It activates only when both hold:
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sys
 
-from distmatch_import_hook import (
+from distmatch_hooks._common import (
     LOSS_OPTION_NAMES,
     LOSS_OPTION_PREFIXES,
     PatchAfterImport,
@@ -48,7 +48,7 @@ _TOP_LEVEL_KEY = r"""^(["']?)([A-Za-z_][\w-]*)\1\s*:(\s|$)"""  # a block mapping
 
 
 def _debug(message: str) -> None:
-    debug("distmatch_trl_hook", message)
+    debug("distmatch_hooks.trl", message)
 
 
 def _is_our_key(name: str) -> bool:
@@ -166,7 +166,7 @@ def _patch_loudly(module: object = None) -> None:
         ) from None
 
 
-finder = PatchAfterImport("trl", _patch_loudly, source="distmatch_trl_hook")
+finder = PatchAfterImport("trl", _patch_loudly, source="distmatch_hooks.trl")
 
 
 def _activate() -> None:

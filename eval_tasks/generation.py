@@ -1,0 +1,269 @@
+"""Sampling K responses per prompt from a checkpoint: Hugging Face ``generate`` or vLLM.
+
+Shared by ``distmatch-eval generate`` and the demo: the same prompt encoding (the tokenizer's chat template when it
+has one), left padding and seeding, so both draw the same samples. The defaults are GEM's creative-writing settings
+(:data:`GEM_GENERATION`). torch / transformers / vLLM are imported when a function needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from eval_tasks.samples import InputError, prompt_text
+from trl_ext._optional import require
+
+__all__ = [
+    "GEM_GENERATION",
+    "Encoded",
+    "Sampling",
+    "choose_backend",
+    "encode_prompt",
+    "encode_prompts",
+    "generate_batches",
+    "generation_meta",
+    "hf_generate",
+    "load_checkpoint",
+    "vllm_engine",
+]
+
+#: GEM's creative-writing sampling (GEM section 5.1): 16 samples, temperature 1.0, top-k 50, top-p 0.9, 512 tokens.
+GEM_GENERATION = {"num_samples": 16, "temperature": 1.0, "top_k": 50, "top_p": 0.9, "max_new_tokens": 512}
+_FEATURE = "distmatch-eval generate"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the K samples of a prompt are drawn (temperature 0 = greedy: one continuation repeated K times)."""
+
+    num_samples: int = GEM_GENERATION["num_samples"]
+    temperature: float = GEM_GENERATION["temperature"]
+    top_k: int = GEM_GENERATION["top_k"]  #: 0 = off
+    top_p: float = GEM_GENERATION["top_p"]
+    max_new_tokens: int = GEM_GENERATION["max_new_tokens"]
+    seed: int = 42
+
+    def check(self) -> None:
+        """Raise :class:`InputError` for values no backend accepts."""
+        if self.num_samples < 1:
+            raise InputError("--num-samples must be >= 1 (diversity needs >= 2).")
+        if self.max_new_tokens < 1:
+            raise InputError("--max-new-tokens and --batch-size must be >= 1.")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise InputError("need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0 (0 = off).")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A prompt record ready for generation."""
+
+    record: Mapping[str, Any]
+    text: str  #: the input text (chat template applied when `chat`)
+    ids: list[int]
+    chat: bool
+
+
+def generation_meta(
+    model: str,
+    backend: str,
+    sampling: Sampling,
+    *,
+    benchmark: str | None,
+    prompts_file: str,
+    num_prompts_in_file: int,
+) -> dict[str, Any]:
+    """The ``meta`` of every samples-file record (``chat_template`` is added per record)."""
+    settings = asdict(sampling)
+    seed = settings.pop("seed")
+    return {
+        "model": model,
+        "backend": backend,
+        **settings,
+        "seed": seed,
+        "benchmark": benchmark,
+        "prompts_file": prompts_file,
+        "num_prompts_in_file": num_prompts_in_file,
+    }
+
+
+def _torch_setup(device: str, dtype: str) -> tuple[Any, str, Any]:
+    torch = require("torch", extra="eval", feature=_FEATURE)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype == "auto":
+        torch_dtype = (
+            torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+        )
+    else:
+        torch_dtype = dtypes[dtype]
+    return torch, device, torch_dtype
+
+
+def load_checkpoint(path: str, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any, str]:
+    """(model, tokenizer, device) of a transformers causal-LM checkpoint, with a clear error if it won't load."""
+    torch, device, torch_dtype = _torch_setup(device, dtype)
+    transformers = require("transformers", extra="eval", feature="distmatch-eval")
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except Exception as err:
+        raise InputError(
+            f"could not load checkpoint {path!r} ({type(err).__name__}: {err}). Give a local model folder (or a "
+            "Hub name when online)."
+        ) from err
+    model.to(device).eval()
+    return model, tokenizer, device
+
+
+def encode_prompt(tokenizer: Any, record: Mapping[str, Any], chat_mode: str = "auto") -> Encoded:
+    """A prompt record's input text and token ids; `chat_mode`: ``auto`` (template if the tokenizer has one),
+    ``always`` or ``never``. ``text`` records are continued as they are."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if "text" in record:
+        use_chat = False
+    elif chat_mode == "always" and not has_template:
+        raise InputError("--chat-template always: the tokenizer has no chat template.")
+    else:
+        use_chat = has_template and chat_mode != "never"
+    if use_chat:
+        messages = record.get("messages") or [{"role": "user", "content": record["prompt"]}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    else:
+        if "messages" in record:
+            raise InputError(
+                f"prompt id={record['id']!r}: 'messages' need a chat template (the tokenizer has none, or "
+                "--chat-template never)."
+            )
+        text = record.get("text", record.get("prompt"))
+        ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    return Encoded(record, text, ids, use_chat)
+
+
+def encode_prompts(
+    tokenizer: Any, records: Sequence[Mapping[str, Any]], chat_mode: str = "auto"
+) -> list[Encoded]:
+    """Every record encoded before any generation, so a bad prompt fails before work is done."""
+    return [encode_prompt(tokenizer, record, chat_mode) for record in records]
+
+
+def hf_generate(
+    model: Any, tokenizer: Any, batch: list[list[int]], sampling: Sampling, seed: int
+) -> list[list[str]]:
+    """K sampled continuations of each prompt of `batch` (token ids) with ``model.generate``, left-padded."""
+    import torch
+
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    width = max(len(ids) for ids in batch)
+    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, ids in enumerate(batch):  # left padding
+        input_ids[row, width - len(ids) :] = torch.tensor(ids)
+        attention[row, width - len(ids) :] = 1
+    device = next(model.parameters()).device
+    greedy = sampling.temperature == 0
+    kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_new_tokens}
+    if greedy:  # one greedy continuation, repeated K times (all K would be identical)
+        kwargs.update(do_sample=False, num_return_sequences=1)
+    else:
+        kwargs.update(
+            do_sample=True,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            num_return_sequences=sampling.num_samples,
+        )
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=input_ids.to(device), attention_mask=attention.to(device), pad_token_id=pad, **kwargs
+        )
+    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    if greedy:
+        return [[text] * sampling.num_samples for text in texts]
+    k = sampling.num_samples
+    return [texts[i * k : (i + 1) * k] for i in range(len(batch))]
+
+
+def vllm_engine(model: str, sampling: Sampling, dtype: str = "auto") -> tuple[Any, Any]:
+    """A ``vllm.LLM`` for `model` and the ``SamplingParams`` of `sampling`."""
+    import vllm
+
+    engine = vllm.LLM(model=model, seed=sampling.seed, dtype=dtype)
+    params = vllm.SamplingParams(
+        n=1
+        if sampling.temperature == 0
+        else sampling.num_samples,  # greedy: one continuation, repeated K times
+        temperature=sampling.temperature,
+        top_k=sampling.top_k if sampling.top_k > 0 else -1,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_new_tokens,
+        seed=sampling.seed,
+    )
+    return engine, params
+
+
+def choose_backend(requested: str) -> str:
+    """``hf`` or ``vllm``; ``auto`` = vLLM when it is installed and a GPU is present."""
+    from trl_ext._optional import is_available
+
+    if requested != "auto":
+        if requested == "vllm" and not is_available("vllm"):
+            raise InputError("--backend vllm: vLLM is not installed (pip install vllm), use --backend hf.")
+        return requested
+    if is_available("vllm"):
+        import torch
+
+        if torch.cuda.is_available():
+            return "vllm"
+    return "hf"
+
+
+def generate_batches(
+    encoded: Sequence[Encoded],
+    sampling: Sampling,
+    meta: Mapping[str, Any],
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    vllm: tuple[Any, Any] | None = None,
+    batch_size: int = 4,
+    positions: Sequence[int] | None = None,
+) -> Iterator[list[dict[str, Any]]]:
+    """The samples-file records of `encoded`, one list per batch of `batch_size` prompts.
+
+    HF backend (`model`, `tokenizer`): each batch is seeded with ``sampling.seed`` + the position of its first
+    prompt in the prompt file (`positions`, default 0, 1, ...), so a resumed run draws what an uninterrupted one
+    with the same batch size would have drawn. vLLM backend: `vllm` = :func:`vllm_engine`'s (engine, params).
+    """
+    if batch_size < 1:
+        raise InputError("--max-new-tokens and --batch-size must be >= 1.")
+    positions = list(range(len(encoded))) if positions is None else list(positions)
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start : start + batch_size]
+        if vllm is not None:
+            engine, params = vllm
+            results = engine.generate([{"prompt_token_ids": e.ids} for e in chunk], params)
+            samples = [[c.text for c in r.outputs] for r in results]
+            if sampling.temperature == 0:
+                samples = [outs[:1] * sampling.num_samples for outs in samples]
+        else:
+            seed = sampling.seed + positions[start]
+            samples = hf_generate(model, tokenizer, [e.ids for e in chunk], sampling, seed)
+        rows = []
+        for e, outs in zip(chunk, samples):
+            row = {
+                "id": e.record["id"],
+                "prompt": prompt_text(e.record),
+                "input_text": e.text,
+                "samples": outs,
+                "meta": {**meta, "chat_template": e.chat},
+            }
+            if "reference" in e.record:
+                row["reference"] = e.record["reference"]
+            rows.append(row)
+        yield rows

@@ -1,0 +1,258 @@
+"""Collecting a run's results: lm-eval results files, ``distmatch-eval`` diversity / nexttoken JSONs, samples JSONL
+and ``trainer_state.json``, recognised by content."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval_tasks import published as P
+from eval_tasks.protocols import paper_protocol_check
+from eval_tasks.report.labels import DIVERSITY_METRICS, NOT_FRACTIONS
+
+__all__ = ["ReportError", "RunData", "collect_run", "parse_run_specs"]
+
+
+class ReportError(ValueError):
+    """Bad report input: an unparsable --run, a missing path, a file of unknown kind."""
+
+
+@dataclass
+class RunData:
+    name: str
+    sources: list[str] = field(default_factory=list)
+    lm_eval: dict[str, dict[str, float]] = field(
+        default_factory=dict
+    )  # task -> metric -> value (paper scale)
+    #: task -> paper-protocol check of an lm-eval task (eval_tasks.protocols.paper_protocol_check)
+    lm_eval_protocol: dict[str, dict[str, Any]] = field(default_factory=dict)
+    diversity: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark/label -> entry
+    nexttoken: list[dict[str, Any]] = field(default_factory=list)
+    training: dict[str, Any] | None = None
+
+    def is_empty(self) -> bool:
+        return not (self.lm_eval or self.diversity or self.nexttoken or self.training)
+
+
+def parse_run_specs(specs: Sequence[str]) -> dict[str, list[Path]]:
+    """``["ce=out/ce", "gem=a.json", "gem=b.json"]`` -> ``{"ce": [...], "gem": [a, b]}`` (order kept)."""
+    runs: dict[str, list[Path]] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ReportError(f"--run {spec!r}: expected NAME=PATH (e.g. --run ce=outputs/ce).")
+        p = Path(path.strip()).expanduser()
+        if not p.exists():
+            raise ReportError(f"--run {spec!r}: {p} does not exist.")
+        runs.setdefault(name.strip(), []).append(p)
+    return runs
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ReportError(f"{path}: not valid JSON ({err}).") from err
+
+
+def _kind(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return None
+    if data.get("kind") in ("distmatch.diversity", "distmatch.nexttoken"):
+        return data["kind"].split(".")[1]
+    if isinstance(data.get("log_history"), list):
+        return "training"
+    if isinstance(data.get("results"), dict) and any(
+        k in data for k in ("configs", "versions", "n-shot", "config")
+    ):
+        return "lm_eval"
+    return None
+
+
+def _is_generate_jsonl(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8") as f:
+            first = json.loads(f.readline())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(first, dict) and isinstance(first.get("samples"), list)
+
+
+def collect_run(name: str, paths: Sequence[Path]) -> RunData:
+    """Read every recognised file of a run (folders recursively; unknown JSON in folders is skipped)."""
+    run = RunData(name)
+    trainer_states: list[tuple[int, Path, dict[str, Any]]] = []
+    for root in paths:
+        explicit = root.is_file()
+        files = [root] if explicit else sorted(p for p in root.rglob("*") if p.suffix in (".json", ".jsonl"))
+        lm_eval_files: list[tuple[float, Path, dict[str, Any]]] = []
+        sample_files: list[Path] = []
+        for path in files:
+            if path.suffix == ".jsonl":
+                if _is_generate_jsonl(path):
+                    sample_files.append(path)
+                elif explicit:
+                    raise ReportError(f"{path}: not a distmatch-eval generate JSONL (no 'samples' list).")
+                continue
+            data = _load_json(path)
+            kind = _kind(data)
+            if kind is None:
+                if explicit:
+                    raise ReportError(
+                        f"{path}: not an lm-eval results file, a distmatch-eval diversity/nexttoken JSON or a "
+                        "trainer_state.json."
+                    )
+                continue
+            if kind == "lm_eval":
+                lm_eval_files.append((path.stat().st_mtime, path, data))
+            elif kind == "diversity":
+                _add_diversity(run, path, data)
+            elif kind == "nexttoken":
+                run.nexttoken.append({**data, "source": str(path)})
+                run.sources.append(str(path))
+            elif kind == "training":
+                trainer_states.append((int(data.get("global_step") or 0), path, data))
+        for _, path, data in sorted(lm_eval_files, key=lambda item: item[0]):  # later runs override
+            _add_lm_eval(run, path, data)
+        # A generate JSONL found in a folder is scored here (default settings) only when no diversity JSON of
+        # the run was computed from it; one given explicitly is always scored.
+        scored = set()
+        for e in run.diversity.values():
+            if e.get("samples_file"):
+                sf = Path(e["samples_file"])
+                scored |= {sf.resolve(), (Path(e["source"]).parent / sf.name).resolve()}
+        for path in sample_files:
+            if explicit or path.resolve() not in scored:
+                _add_generate_jsonl(run, path)
+    if trainer_states:
+        _, path, data = max(trainer_states, key=lambda item: item[0])
+        run.training = {
+            "source": str(path),
+            "log_history": data["log_history"],
+            "global_step": data.get("global_step"),
+        }
+        run.sources.append(str(path))
+    if run.is_empty():
+        raise ReportError(f"run {name!r}: no results found in {', '.join(map(str, paths))}.")
+    return run
+
+
+def _add_lm_eval(run: RunData, path: Path, data: dict[str, Any]) -> None:
+    run.sources.append(str(path))
+    for task, values in data["results"].items():
+        if not isinstance(values, dict):
+            continue
+        metrics: dict[str, float] = {}
+        for key, value in values.items():
+            metric, comma, filt = key.partition(",")
+            if (
+                not comma
+                or metric.endswith("_stderr")
+                or not isinstance(value, (int, float))
+                or isinstance(value, bool)
+            ):
+                continue
+            if metric in metrics and filt not in ("none", ""):
+                continue  # keep the unfiltered value when a metric has several filters
+            metrics[metric] = float(value) * (1.0 if metric in NOT_FRACTIONS else 100.0)
+        if not metrics:
+            continue
+        check = paper_protocol_check(
+            task,
+            ((data.get("configs") or {}).get(task) or {}).get("metadata"),
+            n_samples=(data.get("n-samples") or {}).get(task),
+            chat_template=bool(data.get("chat_template")) if "chat_template" in data else None,
+        )
+        benchmark = P.benchmark_for_task(task)
+        if benchmark and P.benchmarks()[benchmark]["family"] == "creative":
+            check = check or {"protocol": "?", "comparable": False, "differences": []}
+            run.diversity[benchmark] = {
+                "benchmark": benchmark,
+                "metrics": {m: v for m, v in metrics.items() if m in DIVERSITY_METRICS},
+                "protocol": f"lm-eval task {task}, protocol {check['protocol']}"
+                + (" (paper-comparable)" if check["comparable"] else ""),
+                "protocol_differences": list(check["differences"]),
+                "comparable_to_published": check["comparable"],
+                "source": str(path),
+            }
+        else:
+            run.lm_eval[task] = metrics
+            if check is not None:
+                run.lm_eval_protocol[task] = check
+
+
+def _protocol_label(data: dict[str, Any]) -> str:
+    settings = data.get("settings") or {}
+    parts = [settings["scoring"]] if "scoring" in settings else []
+    if "self_bleu" in settings:
+        parts.append(
+            "Self-BLEU: " + ("1 ref (GEM script)" if settings["self_bleu"].get("gem_compat") else "all refs")
+        )
+    if "sbert" in settings:
+        parts.append("SBERT: " + str(settings["sbert"].get("name", "?")).split("/")[-1])
+    if data.get("metrics", {}).get("mauve_featurizer"):
+        parts.append("MAUVE: " + data["metrics"]["mauve_featurizer"])
+    return "; ".join(parts)
+
+
+def _add_diversity(run: RunData, path: Path, data: dict[str, Any]) -> None:
+    benchmark = data.get("benchmark")
+    label = benchmark or Path(data.get("samples_file") or path).stem
+    # The same samples may be scored several ways: label the non-default scorings (order-independent).
+    settings = data.get("settings") or {}
+    if (settings.get("self_bleu") or {}).get("gem_compat"):
+        label += " (gem-compat)"
+    elif settings.get("scoring") == "prompt+response":
+        label += " (prompt+response)"
+    metrics = {k: v for k, v in data.get("metrics", {}).items() if k in DIVERSITY_METRICS}
+    existing = run.diversity.get(label)
+    shared = set(existing["metrics"]) & set(metrics) if existing is not None else set()
+    if existing is not None and all(abs(existing["metrics"][m] - metrics[m]) < 1e-9 for m in shared):
+        # same samples and scoring, further metrics (e.g. MAUVE computed separately): one row
+        existing["metrics"].update(metrics)
+        parts = existing["protocol"].split("; ") + _protocol_label(data).split("; ")
+        existing["protocol"] = "; ".join(dict.fromkeys(x for x in parts if x and x != "?"))
+        existing["protocol_differences"] += [
+            d for d in data.get("protocol_differences") or [] if d not in existing["protocol_differences"]
+        ]
+        existing["source"] += f", {path}"
+        run.sources.append(str(path))
+        return
+    if label in run.diversity:
+        label += f" ({path.stem})"
+    while label in run.diversity:
+        label += "'"
+    run.diversity[label] = {
+        "benchmark": benchmark,
+        "samples_file": data.get("samples_file"),
+        "metrics": {k: v for k, v in data.get("metrics", {}).items() if k in DIVERSITY_METRICS},
+        "protocol": _protocol_label(data),
+        "protocol_differences": list(data.get("protocol_differences") or []),
+        "num_prompts": data.get("num_prompts"),
+        "source": str(path),
+    }
+    run.sources.append(str(path))
+
+
+def _add_generate_jsonl(run: RunData, path: Path) -> None:
+    from eval_tasks.metrics import corpus_diversity
+    from eval_tasks.results import gem_protocol_notes
+    from eval_tasks.samples import detect_benchmark, read_jsonl
+
+    records = read_jsonl(path)
+    result = corpus_diversity(records)
+    meta = records[0].get("meta") or {}
+    benchmark = meta.get("benchmark") or detect_benchmark([r.get("prompt") for r in records])
+    ks = {len(r["samples"]) for r in records}
+    data = {
+        "benchmark": benchmark,
+        "samples_file": str(path),
+        "metrics": result.metrics,
+        "settings": result.settings,
+        "num_prompts": len(records),
+        "protocol_differences": gem_protocol_notes(result.settings, meta, len(records), ks, benchmark),
+    }
+    _add_diversity(run, path, data)

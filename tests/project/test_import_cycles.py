@@ -1,0 +1,119 @@
+"""No import cycle between the modules of the packages, counting imports inside functions too (a lazy import that
+closes a cycle still ties two modules together), and every eval_tasks module imports on its own."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.env import REPO_ROOT
+
+REPO = REPO_ROOT
+PACKAGES = ("trl_ext", "axolotl_distmatch", "eval_tasks", "distmatch_hooks")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for package in PACKAGES for p in (REPO / package).rglob("*.py")}
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the package modules it imports (``from pkg import name`` counts as pkg.name when that is a module).
+
+    A package's ``__init__`` re-exporting its own submodules is not an edge: importing a submodule runs the
+    package's ``__init__`` first by design, so those edges would make every package a cycle.
+    """
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = name.split(".") if is_package else name.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name and not (is_package and target.startswith(name + ".")):
+                    edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_cycle_finder_finds_a_lazy_import_cycle() -> None:
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
+    assert find_cycle(graph) == ["p.a", "p.b", "p.c", "p.a"]
+    assert find_cycle({"p.a": {"p.b"}, "p.b": set()}) is None
+
+
+def test_no_import_cycle_in_the_packages() -> None:
+    graph = import_graph(_modules())
+    assert graph["eval_tasks.cli"] >= {"eval_tasks.samples", "eval_tasks.generation", "eval_tasks.results"}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_report_and_metrics_do_not_import_the_cli() -> None:
+    graph = import_graph(_modules())
+    library = [m for m in graph if m.startswith("eval_tasks.") and m != "eval_tasks.cli"]
+    assert [m for m in library if "eval_tasks.cli" in graph[m]] == []
+
+
+_LEAVES = sorted(
+    m
+    for m in _modules()
+    if m.startswith("eval_tasks")
+    and not m.startswith(("eval_tasks.lm_eval_tasks", "eval_tasks.opencompass"))  # need lm-eval / OpenCompass
+)
+
+
+def test_every_eval_tasks_module_imports_alone() -> None:
+    """Each module in a fresh interpreter of its own (a cycle breaks the import of a cycle's second module)."""
+    code = (
+        "import importlib, subprocess, sys\n"
+        "bad = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    done = subprocess.run([sys.executable, '-c', f'import {name}'], capture_output=True, text=True)\n"
+        "    if done.returncode:\n"
+        "        bad.append((name, done.stderr.strip().splitlines()[-1:]))\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *_LEAVES], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "eval_tasks.report.plots" in _LEAVES and "eval_tasks.samples" in _LEAVES
