@@ -14,13 +14,17 @@ datasets = pytest.importorskip("datasets")
 trl = pytest.importorskip("trl")
 
 
+from transformers import AutoTokenizer  # noqa: E402
+
 from tests.helpers.sft import (  # noqa: E402
     OUR_LOSSES,
     TRL_VERSION,
+    load_model,
     make_config,
     make_trainer,
 )
 from trl_ext.config import LOSS_CHOICES, DistMatchSFTConfig  # noqa: E402
+from trl_ext.trainer import DistMatchSFTTrainer  # noqa: E402
 
 # trl_trainer is set on tests/trl/ by tests/conftest.py (FOLDER_MARKERS).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -164,6 +168,20 @@ def test_yaml_config_with_unknown_loss_is_rejected(tmp_path, capsys):
 def test_label_smoothing_with_our_loss_is_rejected(models, data, tmp_path):
     with pytest.raises(ValueError, match="label_smoothing_factor"):
         make_trainer(models["plain"], data, tmp_path, loss="emo", label_smoothing_factor=0.1)
+
+
+def test_label_smoothing_set_after_the_config_is_rejected_by_the_trainer(models, data, tmp_path):
+    """The trainer checks again: a config changed after its own validation (here the attribute set directly) or a
+    plain TrainingArguments-like object must not reach training with label smoothing."""
+    args = make_config(tmp_path, loss="emo")
+    args.label_smoothing_factor = 0.1
+    with pytest.raises(ValueError, match="label_smoothing_factor"):
+        DistMatchSFTTrainer(
+            model=load_model(models["plain"]),
+            args=args,
+            train_dataset=data["train"],
+            processing_class=AutoTokenizer.from_pretrained(models["plain"]),
+        )
 
 
 def test_compute_loss_func_with_our_loss_is_rejected(models, data, tmp_path):
