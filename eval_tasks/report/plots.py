@@ -21,6 +21,7 @@ __all__ = [
     "nexttoken_plot",
     "pyplot",
     "quality_diversity_plot",
+    "save_figure",
     "training_plot",
 ]
 
@@ -32,6 +33,14 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(plt: Any, fig: Any, path: Path) -> Path:
+    """Lay out, write (PNG, 110 dpi) and close a figure; returns its path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def grouped_bars(
@@ -80,11 +89,7 @@ def accuracy_plot(runs: list[RunData], out: Path) -> Path | None:
     grouped_bars(ax, [e[0] for e in entries], series, "score (%)")
     ax.set_title("Accuracy per task (lm-eval)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "accuracy.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, out / "accuracy.png")
 
 
 def diversity_plot(runs: list[RunData], out: Path) -> Path | None:
@@ -109,11 +114,7 @@ def diversity_plot(runs: list[RunData], out: Path) -> Path | None:
         ax.set_title(METRIC_TITLES.get(m, m))
     axes[0][0].legend(fontsize=8)
     fig.suptitle("Diversity per metric (higher = more diverse)")
-    fig.tight_layout()
-    path = out / "diversity.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, out / "diversity.png")
 
 
 def nexttoken_plot(runs: list[RunData], out: Path, max_tokens: int = 8) -> Path | None:
@@ -151,11 +152,7 @@ def nexttoken_plot(runs: list[RunData], out: Path, max_tokens: int = 8) -> Path 
         ax.set_title("\n".join(textwrap.wrap(prompt, 38)), fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle("Next-token distributions (first response token, cf. GEM figure 6)")
-    fig.tight_layout()
-    path = out / "next_token.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, out / "next_token.png")
 
 
 def training_plot(runs: list[RunData], out: Path) -> Path | None:
@@ -183,11 +180,7 @@ def training_plot(runs: list[RunData], out: Path) -> Path | None:
         ax.set_title(key)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "training.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, out / "training.png")
 
 
 def quality_diversity_plot(
@@ -229,8 +222,4 @@ def quality_diversity_plot(
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle("Held-out perplexity vs diversity of K samples per prompt")
-    fig.tight_layout()
-    path = out / filename
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, out / filename)
