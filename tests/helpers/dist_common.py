@@ -133,6 +133,45 @@ class HeadCallCounter:
         nn.Linear.forward = counting  # type: ignore[method-assign]
 
 
+def case_result(
+    case: str,
+    path: str,
+    output: Any,
+    value: torch.Tensor,
+    counter: HeadCallCounter,
+    ref_value: float,
+    grads: dict[str, torch.Tensor | None],
+    ref_grads: dict[str, torch.Tensor],
+    **extra: Any,
+) -> dict[str, Any]:
+    """One loss case on one path, as a worker reports it: the path taken, full-logit head calls, loss and gradient
+    errors against the unsharded reference."""
+    return {
+        "case": case,
+        "path": path,
+        "reported_path": output.path,
+        "head_logits_calls": counter.calls,
+        "loss_value": float(value),
+        "loss_abs_diff": abs(float(value) - ref_value),
+        **extra,
+        **grad_errors(grads, ref_grads),
+    }
+
+
+def _result_file(out: Path, script: str, rank: int) -> Path:
+    return out / f"{Path(script).stem.removesuffix('_worker')}_rank{rank}.json"
+
+
+def write_rank_result(out: Path, script: str, result: dict[str, Any]) -> None:
+    """A worker's last step: write this rank's result where `torchrun` reads it, then leave the process group."""
+    import torch.distributed as dist
+
+    out.mkdir(parents=True, exist_ok=True)
+    _result_file(out, script, result["rank"]).write_text(json.dumps(result, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def torchrun(script: str, out: Path, timeout: int = 900) -> list[dict]:
     """Run `script out` on WORLD CPU processes under torchrun; each rank's JSON result."""
     env = {
@@ -152,5 +191,4 @@ def torchrun(script: str, out: Path, timeout: int = 900) -> list[dict]:
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
-    stem = Path(script).stem.removesuffix("_worker")
-    return [json.loads((out / f"{stem}_rank{rank}.json").read_text()) for rank in range(WORLD)]
+    return [json.loads(_result_file(out, script, rank).read_text()) for rank in range(WORLD)]

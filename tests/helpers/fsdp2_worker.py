@@ -18,7 +18,6 @@ Layouts:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -37,9 +36,11 @@ from tests.helpers.dist_common import (  # noqa: E402
     LOSS_CASES,
     HeadCallCounter,
     build_model,
+    case_result,
     grad_errors,
     rank_batch,
     reference_results,
+    write_rank_result,
 )
 from trl_ext.model_forward import (  # noqa: E402
     LossRequest,
@@ -129,17 +130,7 @@ def run_layout(layout: str, tied: bool, rank: int, world: int, counter: HeadCall
             value = output.per_token_loss.sum() / output.label_mask.sum()
             value.backward()
             grads = {n: full(p.grad) for n, p in model.named_parameters()}
-            cases.append(
-                {
-                    "case": case,
-                    "path": path,
-                    "reported_path": output.path,
-                    "head_logits_calls": counter.calls,
-                    "loss_value": float(value),
-                    "loss_abs_diff": abs(float(value) - ref_values[rank]),
-                    **grad_errors(grads, ref_grads),
-                }
-            )
+            cases.append(case_result(case, path, output, value, counter, ref_values[rank], grads, ref_grads))
     out["cases"] = cases
     if (
         layout == "separate_head"
@@ -190,10 +181,7 @@ def main() -> None:
     for layout, tied in LAYOUTS.items():
         result["layouts"][layout] = run_layout(layout, tied, rank, world, counter)
     result["seconds"] = time.perf_counter() - start
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"fsdp2_rank{rank}.json").write_text(json.dumps(result, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
+    write_rank_result(out_dir, __file__, result)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ Each rank writes `OUT_DIR/zero3_rank{rank}.json`; `tests/distributed/test_zero3_
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -28,9 +27,10 @@ from tests.helpers.dist_common import (  # noqa: E402
     LOSS_CASES,
     HeadCallCounter,
     build_model,
-    grad_errors,
+    case_result,
     rank_batch,
     reference_results,
+    write_rank_result,
 )
 from trl_ext.model_forward import (  # noqa: E402
     LossRequest,
@@ -102,16 +102,17 @@ def run_model(tied: bool, rank: int, world: int, counter: HeadCallCounter) -> di
             grads = {n: None if g is None else g.detach().clone().double() for n, g in grads.items()}
             engine.step()
             cases.append(
-                {
-                    "case": case,
-                    "path": path,
-                    "reported_path": output.path,
-                    "head_logits_calls": counter.calls,
-                    "loss_value": float(value),
-                    "loss_abs_diff": abs(float(value) - ref_values[rank]),
-                    "head_numel_after_step": int(head.weight.numel()),
-                    **grad_errors(grads, ref_grads),
-                }
+                case_result(
+                    case,
+                    path,
+                    output,
+                    value,
+                    counter,
+                    ref_values[rank],
+                    grads,
+                    ref_grads,
+                    head_numel_after_step=int(head.weight.numel()),
+                )
             )
     out["cases"] = cases
     weights_after = frozen_head_copy(module)
@@ -133,10 +134,7 @@ def main() -> None:
     for name, tied in (("untied", False), ("tied", True)):
         result["models"][name] = run_model(tied, rank, world, counter)
     result["seconds"] = time.perf_counter() - start
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"zero3_rank{rank}.json").write_text(json.dumps(result, indent=1))
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    write_rank_result(out_dir, __file__, result)
 
 
 if __name__ == "__main__":
