@@ -128,32 +128,33 @@ def scratch_copy(root: Path, dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
-def run_tests(copy: Path, venv: str, tests: tuple[str, ...], timeout: int, log: Path) -> tuple[int, float]:
-    python = REPO / venv / "bin" / "python"
+def run_in_copy(
+    copy: Path, venv: str, args: list[str], log: Path, *, timeout: int, append: bool = False
+) -> int:
+    """`venv`'s python with `args` in the scratch copy (which is imported, offline), output to `log`; 124 on timeout."""
+    command = [str(REPO / venv / "bin" / "python"), *args]
     env = dict(os.environ, **OFFLINE_ENV, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
-    command = [str(python), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
-    start = time.monotonic()
-    with log.open("w") as out:
+    with log.open("a" if append else "w") as out:
         out.write("$ " + shlex.join(command) + "\n")
         out.flush()
         try:
-            rc = subprocess.run(
+            return subprocess.run(
                 command, cwd=copy, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
             ).returncode
         except subprocess.TimeoutExpired:
-            rc = 124
+            return 124
+
+
+def run_tests(copy: Path, venv: str, tests: tuple[str, ...], timeout: int, log: Path) -> tuple[int, float]:
+    start = time.monotonic()
+    rc = run_in_copy(
+        copy, venv, ["-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], log, timeout=timeout
+    )
     return rc, time.monotonic() - start
 
 
 def run_setup(copy: Path, venv: str, setup: tuple[str, ...], log: Path) -> int:
-    python = REPO / venv / "bin" / "python"
-    env = dict(os.environ, **OFFLINE_ENV, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
-    with log.open("a") as out:
-        out.write("$ " + shlex.join([str(python), *setup]) + "\n")
-        out.flush()
-        return subprocess.run(
-            [str(python), *setup], cwd=copy, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=600
-        ).returncode
+    return run_in_copy(copy, venv, list(setup), log, timeout=600, append=True)
 
 
 def verdict(rc: int) -> str:
