@@ -43,10 +43,18 @@ def switched_on(variable: str) -> bool:
     return os.environ.get(variable, "1").strip().lower() not in OFF_VALUES
 
 
+def stderr_line(text: str) -> None:
+    """`text` and its newline on stderr in one write: the ranks of a multi-process launch share one stderr, and
+    `print` writes the text and the newline separately when stderr is unbuffered (PYTHONUNBUFFERED, `-u`), so two
+    ranks' lines could run together."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
 def debug(source: str, message: str) -> None:
     """A decision of a hook, on stderr when DISTMATCH_DEBUG is set (to anything but 0/false/no/off)."""
     if os.environ.get(ENV_DEBUG, "").strip().lower() not in ("", *OFF_VALUES):
-        print(f"{source}[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+        stderr_line(f"{source}[{os.getpid()}]: {message}")
 
 
 class DistMatchConfigError(ValueError):
@@ -91,7 +99,7 @@ def print_config_errors_as_one_line() -> None:
             previous(kind, err, tb)
             return
         for message in messages:
-            print(f"error: {message}", file=sys.stderr, flush=True)
+            stderr_line(f"error: {message}")
 
     hook._distmatch = True  # type: ignore[attr-defined]
     sys.excepthook = hook

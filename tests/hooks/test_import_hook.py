@@ -8,7 +8,9 @@ interpreter start are checked in fresh interpreters started without site-package
 from __future__ import annotations
 
 import importlib
+import io
 import json
+import os
 import subprocess
 import sys
 
@@ -119,3 +121,23 @@ def test_debug_prints_only_when_asked(monkeypatch, capsys, value, printed):
     err = capsys.readouterr().err
     assert (err.startswith("distmatch_hooks.test[") and err.endswith("]: decided\n")) is printed
     assert bool(err) is printed
+
+
+def test_debug_writes_each_line_at_once(monkeypatch):
+    """The ranks of `accelerate launch` share one stderr (unbuffered under PYTHONUNBUFFERED): a line written as text
+    then newline, as `print` does there, can run into another rank's line, so each line is a single write."""
+
+    class RecordingStream(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.writes.append(text)
+            return super().write(text)
+
+    stream = RecordingStream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setenv("DISTMATCH_DEBUG", "1")
+    debug("distmatch_hooks.trl", "active in sft.py (options: --loss)")
+    assert stream.writes == [f"distmatch_hooks.trl[{os.getpid()}]: active in sft.py (options: --loss)\n"]
