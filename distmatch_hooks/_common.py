@@ -57,6 +57,10 @@ def debug(source: str, message: str) -> None:
         stderr_line(f"{source}[{os.getpid()}]: {message}")
 
 
+#: Exit status of a command refused for a setting (argparse's status for a bad argument).
+CONFIG_ERROR_STATUS = 2
+
+
 class DistMatchConfigError(ValueError):
     """A setting distmatch refuses (the message names it and says what to do); entry points print it as one line."""
 
@@ -87,8 +91,9 @@ def _config_errors(err: BaseException) -> list[str]:
 
 
 def print_config_errors_as_one_line() -> None:
-    """`sys.excepthook` that prints an uncaught DistMatchConfigError as `error: <message>` (no traceback); the
-    process still exits with status 1. Any other exception keeps the previous hook."""
+    """`sys.excepthook` that prints an uncaught DistMatchConfigError as `error: <message>` (no traceback) and ends
+    the process with status 2, as argparse does for a bad argument: CPython honours a SystemExit raised by the
+    excepthook. Any other exception keeps the previous hook."""
     previous = sys.excepthook
     if getattr(previous, "_distmatch", False):
         return
@@ -100,6 +105,7 @@ def print_config_errors_as_one_line() -> None:
             return
         for message in messages:
             stderr_line(f"error: {message}")
+        raise SystemExit(CONFIG_ERROR_STATUS)
 
     hook._distmatch = True  # type: ignore[attr-defined]
     sys.excepthook = hook

@@ -119,7 +119,7 @@ def patch_prepare_plugins(module: object) -> bool:
 
     prepare_plugins._distmatch_wrapped = True  # type: ignore[attr-defined]
     module.prepare_plugins = prepare_plugins  # type: ignore[attr-defined]
-    print_config_errors_as_one_line()  # an Axolotl process: refused settings as one line, exit status 1
+    print_config_errors_as_one_line()  # an Axolotl process: refused settings as one line, exit status 2
     _debug(f"{getattr(module, '__name__', '?')}.prepare_plugins wrapped")
     return True
 

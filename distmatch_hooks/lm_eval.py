@@ -145,7 +145,7 @@ def patch_simple_evaluate(module: object) -> bool:
 
     simple_evaluate._distmatch_wrapped = True  # type: ignore[attr-defined]
     module.simple_evaluate = simple_evaluate  # type: ignore[attr-defined]
-    print_config_errors_as_one_line()  # a refused option: one line naming it, exit status 1
+    print_config_errors_as_one_line()  # a refused option: one line naming it, exit status 2
     return True
 
 

@@ -131,7 +131,7 @@ def patch_trl() -> None:
     trl.SFTConfig = DistMatchSFTConfig
     trl.SFTTrainer = DistMatchSFTTrainer
     _check_after_parsing(trl.TrlParser)
-    print_config_errors_as_one_line()  # a refused setting: one line naming it, exit status 1, no traceback
+    print_config_errors_as_one_line()  # a refused setting: one line naming it, exit status 2, no traceback
     _debug("trl.SFTConfig -> DistMatchSFTConfig, trl.SFTTrainer -> DistMatchSFTTrainer")
 
 

@@ -2,7 +2,8 @@
 
 * `check_cost_embedding_source(value, vocab_size)`: configuration time, no weights: 'frozen' / 'live' pass; a path
   must exist and hold a `config.json`; anything else must be a well-formed hub id whose `config.json` can be fetched
-  (or is cached, offline); the vocabulary size read from that `config.json` must equal the training model's.
+  (or is cached, offline); the vocabulary size read from that `config.json` must equal the training model's. A
+  local folder is checked down to the safetensors header of the output embedding (index, shards, shape).
 * `read_output_embedding(value, vocab_size)`: only the output-embedding tensor, read from the safetensors file that
   holds it (located through `model.safetensors.index.json` for sharded checkpoints), in the dtype it is stored in.
   Tied embeddings (no `lm_head.weight`) read the input embedding. Checkpoints without safetensors fall back to
@@ -102,23 +103,95 @@ def model_vocab_size(model_path: str | os.PathLike[str] | None) -> int | None:
         return None
 
 
+def _read_json(file: str | os.PathLike[str], value: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        reason = err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__
+        raise DistMatchConfigError(
+            f"{_setting(value)}: {file} is not a readable JSON {what} ({reason}); re-save the model with "
+            "save_pretrained, or use 'frozen' / 'live'."
+        ) from None
+    if not isinstance(data, dict):
+        raise DistMatchConfigError(f"{_setting(value)}: {file} is not a JSON object; expected a {what}.")
+    return data
+
+
 def check_cost_embedding_source(value: Any, vocab_size: int | None = None) -> dict[str, Any] | None:
-    """Validate `emo_cost_embedding` without loading weights; returns the other model's config (None if builtin)."""
+    """Validate `emo_cost_embedding` without loading weights; returns the other model's config (None if builtin).
+
+    A local folder is checked down to the tensor EMO will read: `config.json` parses, the safetensors index (if
+    any) parses and names existing shards, and the header of the file holding the output embedding is intact and
+    gives it the shape [V, d] (a truncated or corrupt file fails here, before any model is loaded)."""
     if not isinstance(value, str) or not value:
         raise DistMatchConfigError(
             f"emo_cost_embedding={value!r} is invalid; expected 'frozen', 'live' or a model path / hub id."
         )
     if value in BUILTIN:
         return None
-    with open(_config_file(value), encoding="utf-8") as stream:
-        config = json.load(stream)
+    config = _read_json(_config_file(value), value, "model config")
     theirs = vocab_size_of(config)
     if vocab_size is not None and theirs is not None and theirs != vocab_size:
         raise DistMatchConfigError(
             f"{_setting(value)} has a vocabulary of {theirs} tokens but the model being trained has {vocab_size}; "
             "EMO's cost embedding must come from a model with the same tokenizer."
         )
+    if Path(value).expanduser().exists():
+        located = _locate_output_embedding(value, config)
+        if located is not None:
+            _check_tensor_shape(value, *located, vocab_size or theirs)
     return config
+
+
+def _open_safetensors(value: str, file: str) -> Any:
+    from safetensors import safe_open
+
+    if not Path(file).is_file():
+        raise DistMatchConfigError(
+            f"{_setting(value)}: {file} is missing (named by {INDEX}); download the whole checkpoint."
+        )
+    try:
+        return safe_open(file, framework="pt")
+    except Exception as err:  # safetensors raises its own SafetensorError for a bad header
+        raise DistMatchConfigError(
+            f"{_setting(value)}: {file} is not a readable safetensors file ({str(err).splitlines()[0][:120]}); "
+            "it may be truncated or corrupt: download or save it again."
+        ) from None
+
+
+def _check_tensor_shape(value: str, name: str, file: str, vocab_size: int | None) -> None:
+    """The output embedding's shape from the file header (no tensor data is read)."""
+    with _open_safetensors(value, file) as reader:
+        if name not in reader.keys():
+            raise DistMatchConfigError(
+                f"{_setting(value)}: {file} has no tensor `{name}` although {INDEX} says it does; the "
+                "checkpoint is inconsistent: download or save it again."
+            )
+        shape = tuple(reader.get_slice(name).get_shape())
+    if len(shape) != 2 or (vocab_size is not None and shape[0] != vocab_size):
+        raise DistMatchConfigError(
+            f"{_setting(value)}: its output embedding `{name}` in {file} has shape {shape}; expected "
+            f"[{vocab_size or 'V'}, d] (the training model's vocabulary)."
+        )
+
+
+def _locate_output_embedding(value: str, config: dict[str, Any]) -> tuple[str, str] | None:
+    """(tensor name, file) of the output embedding in a local or hub checkpoint; None without safetensors (the
+    whole model is then loaded). Tied embeddings (no `lm_head.weight`) use the input embedding."""
+    tied = bool(config.get("tie_word_embeddings", True))
+    weight_map, single = _checkpoint_files(value)
+    if weight_map is not None:
+        name = _pick(list(weight_map), tied)
+        file = weight_map.get(name) if name else None
+        if file is not None and file.startswith("hub:"):
+            file = _fetch(value, file[4:])
+    elif single is not None:
+        with _open_safetensors(value, single) as reader:
+            name = _pick(list(reader.keys()), tied)
+        file = single
+    else:
+        return None
+    return None if name is None or file is None else (name, file)
 
 
 def _checkpoint_files(value: str) -> tuple[dict[str, str] | None, str | None]:
@@ -127,12 +200,16 @@ def _checkpoint_files(value: str) -> tuple[dict[str, str] | None, str | None]:
     if path.exists():
         index, single = path / INDEX, path / SINGLE
         if index.is_file():
-            weight_map = json.loads(index.read_text())["weight_map"]
+            weight_map = _read_json(index, value, "safetensors index").get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise DistMatchConfigError(
+                    f"{_setting(value)}: {index} has no `weight_map`; save the model again."
+                )
             return {name: str(path / shard) for name, shard in weight_map.items()}, None
         return None, str(single) if single.is_file() else None
     index_file = _fetch(value, INDEX)
     if index_file is not None:
-        weight_map = json.loads(Path(index_file).read_text())["weight_map"]
+        weight_map = _read_json(index_file, value, "safetensors index").get("weight_map") or {}
         return {name: f"hub:{shard}" for name, shard in weight_map.items()}, None
     return None, _fetch(value, SINGLE)
 
@@ -149,31 +226,21 @@ def _pick(names: list[str], tied: bool) -> str | None:
 def read_output_embedding(value: str, vocab_size: int | None = None) -> Any:
     """The output-embedding tensor of model `value` ([V, d], stored dtype), reading only that tensor."""
     import torch
-    from safetensors import safe_open
 
     config = check_cost_embedding_source(value, vocab_size) or {}
-    tied = bool(config.get("tie_word_embeddings", True))
-    weight_map, single = _checkpoint_files(value)
-    if weight_map is not None:
-        name = _pick(list(weight_map), tied)
-        file = weight_map.get(name) if name else None
-        if file is not None and file.startswith("hub:"):
-            file = _fetch(value, file[4:])
-    elif single is not None:
-        with safe_open(single, framework="pt") as reader:
-            name = _pick(list(reader.keys()), tied)
-        file = single
-    else:
-        name = file = None
-    if name is None or file is None:
+    located = _locate_output_embedding(value, config)
+    if located is None:
         return _load_whole_model_head(value)
-    with safe_open(file, framework="pt") as reader:
-        tensor = reader.get_tensor(name)
-    if tensor.ndim != 2 or (vocab_size is not None and tensor.shape[0] != vocab_size):
-        raise DistMatchConfigError(
-            f"{_setting(value)}: its output embedding `{name}` has shape {tuple(tensor.shape)}; expected "
-            f"[{vocab_size or 'V'}, d] (the training model's vocabulary)."
-        )
+    name, file = located
+    _check_tensor_shape(value, name, file, vocab_size)
+    with _open_safetensors(value, file) as reader:
+        try:
+            tensor = reader.get_tensor(name)
+        except Exception as err:  # the header was intact but the data is not
+            raise DistMatchConfigError(
+                f"{_setting(value)}: could not read `{name}` from {file} ({type(err).__name__}); the file is "
+                "corrupt: download or save it again."
+            ) from None
     return tensor.detach().to(torch.device("cpu"))
 
 

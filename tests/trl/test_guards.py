@@ -111,7 +111,7 @@ def test_one_line_printer_finds_our_error_in_chains_and_pydantic_errors():
 
 
 def test_refused_setting_exits_with_one_line(tmp_path):
-    """The printer installed by the hooks: `error: <message>`, exit status 1, no traceback."""
+    """The printer installed by the hooks: `error: <message>`, exit status 2, no traceback."""
     script = (
         "from distmatch_hooks._common import DistMatchConfigError, print_config_errors_as_one_line\n"
         "print_config_errors_as_one_line()\n"
@@ -120,7 +120,7 @@ def test_refused_setting_exits_with_one_line(tmp_path):
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120
     )
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert out.stderr == "error: gem_beta=0.5 is set but `loss` is unset\n"
 
 

@@ -406,6 +406,51 @@ def test_trl_sft_yaml_loss_with_another_loss_type_is_refused(wheel_venv, tiny, t
     assert "loss_type='dft'" in _one_line_error(out)
 
 
+def _broken_cost_model(folder: Path, fault: str) -> Path:
+    """A copy of a saved model whose files are damaged the way downloads and disks damage them."""
+    build_tiny_llama(folder)
+    weights = folder / "model.safetensors"
+    if fault == "truncated":  # an interrupted download: the header promises more bytes than the file has
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif fault == "corrupt_header":
+        data = bytearray(weights.read_bytes())
+        data[8:24] = b"\x00" * 16  # the JSON header starts with zero bytes
+        weights.write_bytes(bytes(data))
+    elif fault == "missing_shard":  # a sharded checkpoint of which one shard was not downloaded
+        weights.rename(folder / "model-00001-of-00002.safetensors")
+        from safetensors import safe_open
+
+        with safe_open(folder / "model-00001-of-00002.safetensors", framework="pt") as reader:
+            names = list(reader.keys())
+        weight_map = {name: "model-00001-of-00002.safetensors" for name in names}
+        weight_map["lm_head.weight"] = "model-00002-of-00002.safetensors"
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    elif fault == "config_not_json":
+        (folder / "config.json").write_text('{"vocab_size": 256,')
+    return folder
+
+
+COST_FAULTS = {
+    "truncated": "model.safetensors is not a readable safetensors file",
+    "corrupt_header": "model.safetensors is not a readable safetensors file",
+    "missing_shard": "model-00002-of-00002.safetensors is missing",
+    "config_not_json": "config.json is not a readable JSON model config",
+}
+
+
+@pytest.mark.parametrize("fault", list(COST_FAULTS))
+def test_damaged_cost_embedding_files_are_refused_before_loading(wheel_venv, tiny, tmp_path, fault):
+    """EMO's cost model is checked down to the header of the tensor it reads: one line naming the setting and the
+    damaged file, exit 2, before the training model is loaded or anything is written."""
+    other = _broken_cost_model(tmp_path / "cost", fault)
+    flags = ["sft", "--loss", "emo", "--emo_cost_embedding", str(other)]
+    out = run_cli([wheel_venv.trl, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    line = _one_line_error(out)
+    assert out.returncode == 2, tail(out)
+    assert line.startswith(f"error: emo_cost_embedding={str(other)!r}") and COST_FAULTS[fault] in line, line
+    assert "Loading" not in out.stderr and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("command", ["trl", "distmatch-trl"])
 def test_cost_embedding_with_another_vocabulary_is_refused_while_parsing(wheel_venv, tiny, tmp_path, command):
     """Found from the two config.json files right after parsing, before anything is launched or loaded."""
