@@ -8,7 +8,6 @@ reduces them by TRL's contract (sum / `num_items_in_batch`, or the local token c
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 from pathlib import Path
@@ -16,9 +15,11 @@ from typing import Any
 
 import torch
 
+from .emo_cost import model_vocab_size
 from .losses import LOSSES
 from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
 from .options import cost_embedding_option, loss_params
+from .teardown import release_process_groups_at_exit
 
 logger = logging.getLogger(__name__)
 
@@ -33,24 +34,25 @@ _STAT_KEYS = _BASE_STAT_KEYS + tuple(
 COST_EMBEDDING_DEBUG_ENV = "DISTMATCH_DEBUG_COST_EMBEDDING"
 
 
-def _destroy_process_group() -> None:
-    """Registered with `atexit`: end the default process group, if it still exists, while the interpreter is whole.
-
-    TRL's SFT script ends it (`trainer.end()`) only from TRL 1.16 with transformers >= 5.18; older stacks leave it
-    to interpreter shutdown, where gloo worker threads may still hold finished work owning Python tensors (a known
-    way for a rank to abort with `terminate called without an active exception` after a successful run). Not
-    collective for gloo; a no-op when the group is already gone.
-    """
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+#: Options whose value is used as min(value, V): legitimate (the authors' top-k entropy over a vocabulary smaller
+#: than k is the entropy over all of it), but said once so that a typo (eaft_k: 2000 for 20) does not pass unseen.
+VOCAB_CAPPED_OPTIONS = ("eaft_k",)
 
 
-def end_process_group_at_exit() -> None:
-    """Make sure the default process group is destroyed before the interpreter shuts down (idempotent)."""
-    atexit.unregister(_destroy_process_group)
-    atexit.register(_destroy_process_group)
+def _note_options_capped_by_vocabulary(loss: str, options: dict[str, Any], vocabulary: int | None) -> None:
+    used = {option.name for option in LOSSES[loss].options}
+    for name in VOCAB_CAPPED_OPTIONS:
+        value = options.get(name)
+        if name in used and vocabulary is not None and isinstance(value, int) and value > vocabulary:
+            logger.warning(
+                "distmatch: %s=%s is larger than the vocabulary (%s tokens); loss=%r uses all %s logits (min(%s, V)).",
+                name,
+                value,
+                vocabulary,
+                loss,
+                vocabulary,
+                name,
+            )
 
 
 def _save_cost_embedding(cost_embedding: torch.Tensor | None) -> None:
@@ -69,6 +71,17 @@ def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
     return get_base_model() if callable(get_base_model) and hasattr(model, "peft_config") else model
 
 
+def vocab_size(model: Any) -> int | None:
+    """The vocabulary of `model` (a model or a local path; None when unknown), without loading weights."""
+    if isinstance(model, str):
+        return model_vocab_size(model)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is None:
+        return None
+    return weight.ds_shape[0] if hasattr(weight, "ds_shape") else weight.shape[0]
+
+
 class DistMatchLossMixin:
     """Framework-neutral part of a trainer that trains with a distmatch loss (used by TRL and Axolotl trainers).
 
@@ -82,7 +95,8 @@ class DistMatchLossMixin:
     def setup_distmatch_loss(self, loss: str, options: dict[str, Any]) -> None:
         """Patch the (PEFT-unwrapped) model's forward and resolve EMO's cost embedding, once, on every rank."""
         params = loss_params(loss, options)  # validates before any model work
-        end_process_group_at_exit()
+        _note_options_capped_by_vocabulary(loss, options, vocab_size(unwrap_peft(self.model)))
+        release_process_groups_at_exit()
         target = unwrap_peft(self.model)
         install_loss_forward(target)
         cost_embedding, live = (None, False)

@@ -15,22 +15,12 @@ import torch
 from trl import SFTTrainer
 
 from .config import DistMatchSFTConfig
-from .emo_cost import check_cost_embedding_source, model_vocab_size
-from .loss_mixin import DistMatchLossMixin, end_process_group_at_exit, unwrap_peft
+from .emo_cost import check_cost_embedding_source
+from .loss_mixin import DistMatchLossMixin, unwrap_peft, vocab_size
 from .options import cost_embedding_option
+from .teardown import release_process_groups_at_exit
 
 __all__ = ["DistMatchLossMixin", "DistMatchSFTTrainer"]
-
-
-def _vocab_size(model: Any) -> int | None:
-    """The vocabulary of `model` (a model or a local path; None when unknown), without loading weights."""
-    if isinstance(model, str):
-        return model_vocab_size(model)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    weight = getattr(head, "weight", None)
-    if weight is None:
-        return None
-    return weight.ds_shape[0] if hasattr(weight, "ds_shape") else weight.shape[0]
 
 
 @contextlib.contextmanager
@@ -66,10 +56,10 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
         loss = getattr(args, "distmatch_loss", None)
         source = None if loss is None else cost_embedding_option(loss)
         if source is not None:  # before TRL tokenises the dataset: another model's vocabulary is refused now
-            check_cost_embedding_source(args.loss_options()[source], _vocab_size(model))
+            check_cost_embedding_source(args.loss_options()[source], vocab_size(model))
         with _allow_peft_lm_head(loss is not None):
             super().__init__(model, args, *pargs, **kwargs)
-        end_process_group_at_exit()  # multi-process runs: no abort or hang at interpreter exit
+        release_process_groups_at_exit()  # multi-process runs: no communication thread outlives the interpreter
         if loss is not None:
             self._reject_incompatible(loss)
             self.setup_distmatch_loss(loss, args.loss_options())

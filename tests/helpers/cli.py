@@ -134,6 +134,39 @@ def run_cli(
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
+#: What a process that died in native code leaves on stderr (the C++ runtime, glibc, CPython's fatal-error handler).
+ABNORMAL_END_SIGNS = (
+    "terminate called",
+    "Aborted",
+    "core dumped",
+    "Fatal Python error",
+    "Segmentation fault",
+)
+
+
+def assert_every_rank_ended_cleanly(
+    out: subprocess.CompletedProcess, ranks: int, threads_left: bool = False
+) -> None:
+    """A multi-process launch: exit status 0 (the launcher's is 0 only if every rank's is), no rank died in native
+    code, and every rank released its process groups at exit (`trl_ext.teardown`; the line is printed under
+    DISTMATCH_DEBUG, which `cli_env` sets) with no communication thread left. `threads_left=True` only for a launch
+    whose groups torch itself keeps referenced from C++ (FSDP2's `fully_shard`: docs/distributed.md)."""
+    from trl_ext.teardown import RELEASED_LINE
+
+    assert out.returncode == 0, tail(out)
+    for sign in ABNORMAL_END_SIGNS:
+        assert sign not in out.stderr, tail(out)
+    prefix = RELEASED_LINE.split("{left}")[0]
+    released = sorted(line for line in out.stderr.splitlines() if line.startswith(prefix))
+    assert [line.rsplit("(", 1)[1] for line in released] == [f"rank {rank})" for rank in range(ranks)], tail(
+        out
+    )
+    if not threads_left:
+        assert released == [f"{RELEASED_LINE.format(left=0)} (rank {rank})" for rank in range(ranks)], tail(
+            out
+        )
+
+
 def tail(out: subprocess.CompletedProcess) -> str:
     return f"rc={out.returncode}\n--- stdout\n{out.stdout[-3000:]}\n--- stderr\n{out.stderr[-6000:]}"
 

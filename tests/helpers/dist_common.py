@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tests.helpers.cli import assert_every_rank_ended_cleanly
 from tests.helpers.env import REPO_ROOT
 from trl_ext.losses import LOSS_NAMES, LOSSES
 
@@ -163,13 +164,16 @@ def _result_file(out: Path, script: str, rank: int) -> Path:
 
 
 def write_rank_result(out: Path, script: str, result: dict[str, Any]) -> None:
-    """A worker's last step: write this rank's result where `torchrun` reads it, then leave the process group."""
+    """A worker's last step: write this rank's result where `torchrun` reads it; at exit the process groups and
+    their threads end as in the trainers (`trl_ext.teardown`, once the worker's own references are gone)."""
     import torch.distributed as dist
+
+    from trl_ext.teardown import release_process_groups_at_exit
 
     out.mkdir(parents=True, exist_ok=True)
     _result_file(out, script, result["rank"]).write_text(json.dumps(result, indent=1))
     dist.barrier()
-    dist.destroy_process_group()
+    release_process_groups_at_exit()
 
 
 def torchrun(script: str, out: Path, timeout: int = 900) -> list[dict]:
@@ -180,6 +184,7 @@ def torchrun(script: str, out: Path, timeout: int = 900) -> list[dict]:
         "OMP_NUM_THREADS": "1",
         "OMP_WAIT_POLICY": "PASSIVE",
         "PYTHONFAULTHANDLER": "1",
+        "DISTMATCH_DEBUG": "1",  # each rank reports the communication threads left at its end
     }
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}"]
     proc = subprocess.run(
@@ -190,5 +195,6 @@ def torchrun(script: str, out: Path, timeout: int = 900) -> list[dict]:
         cwd=REPO_ROOT,
         timeout=timeout,
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
+    # FSDP2's fully_shard keeps the default group referenced from C++ after it is destroyed (docs/distributed.md)
+    assert_every_rank_ended_cleanly(proc, WORLD, threads_left=script.startswith("fsdp2"))
     return [json.loads(_result_file(out, script, rank).read_text()) for rank in range(WORLD)]

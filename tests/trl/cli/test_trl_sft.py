@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from distmatch_hooks.pth import PTH_FILES
-from tests.helpers.cli import WheelVenv, cli_env, free_port, run_cli, tail
+from tests.helpers.cli import WheelVenv, assert_every_rank_ended_cleanly, cli_env, free_port, run_cli, tail
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
 TIMEOUT = 600
@@ -207,24 +207,13 @@ def test_trl_sft_loss_flags_through_the_hook(wheel_venv, tiny, tmp_path):
         assert abs(entry["loss"] - entry["ce"]) > 1.0, entry
 
 
-def _transformers_version() -> tuple[int, ...]:
-    from importlib.metadata import version
-
-    return tuple(int(part) for part in re.findall(r"\d+", version("transformers"))[:2])
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(
-    _transformers_version() >= (5, 18),
-    reason="TRL 1.16 / transformers 5.23 / accelerate 1.15 (.venv): a 2-process CPU `trl sft` trains and saves, then "
-    "rank 1 never exits (plain `trl sft` too, without distmatch); the TRL 1.9 stack (.venv-axolotl) exits normally",
-)
 def test_trl_sft_two_processes_through_the_hook(wheel_venv, tiny, tmp_path):
     """`accelerate launch` with 2 processes (torchrun, gloo): the hook activates in each rank."""
     launch = ["--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port())]
     command = [wheel_venv.trl, "sft", *launch, "--loss", "gem_linear", *_train_args(tiny, tmp_path / "out")]
     out = run_cli(command, tmp_path, timeout=300)
-    assert out.returncode == 0, tail(out)
+    assert_every_rank_ended_cleanly(out, 2)
     events = _hook_events(out.stderr)
     parents = {pid for pid, event in events if event == f"active {wheel_venv.trl}"}
     ranks = {
