@@ -76,6 +76,12 @@ _CONFLICTS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         _positive_int,
         "sequence parallelism: remove `sequence_parallel_degree` or set it to 1",
     ),
+    (
+        "label_smoothing_factor",
+        lambda v: bool(v) and float(v) > 0,
+        "label smoothing (it changes the cross-entropy the distmatch loss replaces; the distmatch trainer would drop "
+        "it): remove `label_smoothing_factor` or set it to 0",
+    ),
     ("orpo_alpha", bool, "ORPO (another loss): remove `orpo_alpha`"),
     ("kd_trainer", bool, "knowledge distillation (another trainer): remove `kd_trainer`"),
     (

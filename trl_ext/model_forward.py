@@ -131,6 +131,34 @@ def _head_weight(head: nn.Module) -> Tensor:
     return weight.detach().full_tensor() if _is_dtensor(weight) else weight
 
 
+def live_head_weight(head: nn.Module) -> Tensor:
+    """The weight the head applies now: for a PEFT LoRA layer on the head (unmerged, enabled), W + the active
+    adapters' deltas (peft's `get_delta_weight`), not the frozen base W its `.weight` shows. DoRA's weight also
+    rescales W's columns, which `get_delta_weight` does not give: refused."""
+    get_delta = getattr(head, "get_delta_weight", None)
+    base = getattr(head, "base_layer", None)
+    if (
+        get_delta is None
+        or base is None
+        or getattr(head, "disable_adapters", False)
+        or getattr(head, "merged", False)
+    ):
+        return _head_weight(head)
+    weight = _head_weight(base)
+    for name in getattr(head, "active_adapters", ()):
+        if name not in getattr(head, "lora_A", {}):
+            continue
+        if getattr(head, "use_dora", {}).get(name):
+            from .checks import DistMatchConfigError
+
+            raise DistMatchConfigError(
+                "emo_cost_embedding='live' with a DoRA adapter on the LM head: DoRA's effective head weight is not "
+                "W + BA; use emo_cost_embedding='frozen' or a LoRA (not DoRA) adapter on the head."
+            )
+        weight = weight + get_delta(name)
+    return weight
+
+
 def _log_path(model: nn.Module, path: str, sharding: str | None) -> None:
     logged = model.__dict__.setdefault(_LOGGED_FLAG, set())
     if (path, sharding) in logged:
@@ -204,8 +232,10 @@ def compute_request(
         loss = fused(flat_hidden) if sharding is None else _call_inside_head(head, fused, flat_hidden)
         stats = holder["stats"]
     else:
-        if request.live_cost:
-            weight = _head_weight(head)
+        if (
+            request.live_cost
+        ):  # the logits path: also a head with a LoRA adapter, whose W + BA is the live head
+            weight = live_head_weight(head)
             if weight is head.weight and sharding is not None:
                 # A gathered FSDP2 parameter: the head's call below may free its storage (reshard after forward).
                 weight = weight.detach().clone()

@@ -218,6 +218,8 @@ CONFLICTS = {
         "remove `sequence_parallel_degree` or set it to 1",
     ),
     "kd_trainer": ({"kd_trainer": True}, "remove `kd_trainer`"),
+    # Axolotl hands it to transformers' label smoother, which the distmatch trainer's compute_loss never calls.
+    "label_smoothing": ({"label_smoothing_factor": 0.1}, "remove `label_smoothing_factor` or set it to 0"),
     "trainer_cls": ({"trainer_cls": "transformers.Trainer"}, "remove `trainer_cls`"),
 }
 

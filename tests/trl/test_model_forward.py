@@ -107,6 +107,38 @@ def test_lora_on_lm_head_uses_logits_path(models, data, loss):
         assert not torch.allclose(_reference_per_token(model, batch, request), ref, rtol=1e-4, atol=1e-5)
 
 
+def test_live_cost_embedding_with_lora_on_lm_head_is_the_adapted_head(models, data):
+    """`emo_cost_embedding: live` with a LoRA adapter on the head: the cost embedding is W + BA (the head the
+    model applies), not the frozen base W that the LoRA layer's `.weight` shows."""
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(
+        load_model(models["plain"]), lora_config(["q_proj", "v_proj", "lm_head"], random_init=True)
+    )
+    base = model.get_base_model()
+    install_loss_forward(base)
+    head = base.get_output_embeddings()
+    adapted = (head.base_layer.weight + head.get_delta_weight("default")).detach()
+    assert not torch.allclose(adapted, head.weight.detach(), atol=1e-4)  # the adapter moves the head
+    tokenizer = AutoTokenizer.from_pretrained(models["plain"])
+    enc = tokenizer(["the river under the old bridge", "write a poem"], padding=True, return_tensors="pt")
+    labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+    batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+    live = LossRequest(name="emo", params={"weighting": "emo2"}, live_cost=True)
+    with torch.no_grad():
+        out = _direct_per_token(base, batch, live)
+    assert out.path == "logits"
+    want = _reference_per_token(
+        model, batch, LossRequest(name="emo", params={"weighting": "emo2"}, cost_embedding=adapted)
+    )
+    stale = _reference_per_token(
+        model,
+        batch,
+        LossRequest(name="emo", params={"weighting": "emo2"}, cost_embedding=head.weight.detach()),
+    )
+    torch.testing.assert_close(out.per_token_loss, want, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(out.per_token_loss, stale, rtol=1e-4, atol=1e-5)
+
+
 def test_trainer_with_lora_on_lm_head_trains_through_logits_path(models, data, tmp_path):
     """PEFT on `lm_head` is a documented logits-path case (docs/distributed.md), so the trainer must accept and train it."""
     config = lora_config(["q_proj", "v_proj", "lm_head"])

@@ -373,3 +373,20 @@ def test_without_our_loss_the_trainer_is_trls(models, data, tmp_path, config_cls
     assert_logs_match(a, b, first_rtol=1e-6, later_rtol=1e-6)
     assert all("ce" not in log and "demd" not in log for log in a)
     assert [sorted(log) for log in a] == [sorted(log) for log in b]
+
+
+def test_eaft_k_above_the_vocabulary_is_said_once(models, data, tmp_path, caplog):
+    """min(eaft_k, V) is legitimate (the entropy over every logit) but not silent: one warning at set-up."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="trl_ext.loss_mixin"):
+        trainer = make_trainer(models["plain"], data, tmp_path, loss="eaft", eaft_k=5000, max_steps=1)
+        trainer.train()
+    notes = [r.getMessage() for r in caplog.records if "larger than the vocabulary" in r.getMessage()]
+    assert notes == [
+        "distmatch: eaft_k=5000 is larger than the vocabulary (300 tokens); loss='eaft' uses all 300 logits (min(eaft_k, V))."
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trl_ext.loss_mixin"):
+        make_trainer(models["plain"], data, tmp_path / "k20", loss="eaft", eaft_k=20, max_steps=1)
+    assert not [r for r in caplog.records if "larger than the vocabulary" in r.getMessage()]
