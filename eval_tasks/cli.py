@@ -101,6 +101,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     done = {str(r["id"]) for r in existing}
     todo = [p for p in prompts if str(p["id"]) not in done]
     position = {str(p["id"]): i for i, p in enumerate(prompts)}
+    if existing and not todo:
+        print(
+            f"distmatch-eval generate: all {len(prompts)} prompt(s) already in {out}; nothing to do.",
+            file=sys.stderr,
+        )
+        return 0
     if backend == "vllm":
         transformers = require("transformers", extra="eval", feature="distmatch-eval generate")
         model, tokenizer = None, transformers.AutoTokenizer.from_pretrained(args.model)

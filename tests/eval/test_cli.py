@@ -505,8 +505,8 @@ def test_generate_resume_refuses_a_changed_prompt_file(models, prompts_file, tmp
 
 
 def test_generate_resume_with_the_same_settings_keeps_one_setting(
-    models, prompts_file, tmp_path, monkeypatch
-):
+    models, prompts_file, tmp_path, monkeypatch, capsys, model_loads
+) -> None:
     out = tmp_path / "o.jsonl"
     assert _generate(models["ce"], prompts_file, out, "--no-progress", "--limit", "1") == 0
     monkeypatch.chdir(models["ce"].parent)  # the same model folder, spelled another way: accepted
@@ -515,6 +515,11 @@ def test_generate_resume_with_the_same_settings_keeps_one_setting(
     assert [r["id"] for r in rows] == ["p0", "p1", "p2"]
     assert {r["meta"]["model"] for r in rows} == {str(models["ce"])}  # the recorded spelling is kept
     assert run_cli("diversity", out, "--metrics", "ngram", "--no-progress") == 0  # one setting: scored
+    model_loads.clear()
+    capsys.readouterr()
+    # a complete file: nothing to generate, no model load
+    assert _generate(models["ce"], prompts_file, out, "--no-progress", "--resume") == 0
+    assert "all 3 prompt(s) already in" in capsys.readouterr().err and model_loads == []
 
 
 def test_diversity_and_report_refuse_a_file_of_mixed_settings(models, prompts_file, tmp_path, capsys) -> None:
