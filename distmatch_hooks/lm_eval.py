@@ -23,7 +23,14 @@ from __future__ import annotations
 import os
 import sys
 
-from distmatch_hooks._common import PatchAfterImport, debug, print_config_errors_as_one_line, switched_on
+from distmatch_hooks._common import (
+    DistMatchConfigError,
+    PatchAfterImport,
+    debug,
+    print_config_errors_as_one_line,
+    stderr_line,
+    switched_on,
+)
 
 ENV_SWITCH = "DISTMATCH_LM_EVAL_HOOK"
 TARGET_MODULE = "lm_eval.tasks.manager"
@@ -121,9 +128,20 @@ def _model_arg_names(model_args: object) -> list[str] | None:
     return [] if model_args is None else None
 
 
+#: Exit status of ``lm_eval`` when the pre-flight check refuses a setting (a command-line usage error).
+CLI_EXIT_STATUS = 2
+
+
+def _called_by_cli(frame: object) -> bool:
+    """Whether `frame` (the caller of ``simple_evaluate``) is lm-eval's command line (``lm_eval run``)."""
+    name = str(getattr(frame, "f_globals", {}).get("__name__", ""))
+    return name == "lm_eval._cli" or name.startswith(("lm_eval._cli.", "lm_eval.__main__"))
+
+
 def patch_simple_evaluate(module: object) -> bool:
     """Wrap ``simple_evaluate`` so that a run with ``distmatch_*`` tasks checks their options and local data
-    (``eval_tasks.lm_eval_tasks.options.preflight``) before the model is built."""
+    (``eval_tasks.lm_eval_tasks.options.preflight``) before the model is built. Called by lm-eval's command line, a
+    refusal is one ``error: ...`` line on stderr and exit status 2; Python callers get the ``DistMatchConfigError``."""
     original = getattr(module, "simple_evaluate", None)
     if original is None or getattr(original, "_distmatch_wrapped", False):
         return False
@@ -140,12 +158,18 @@ def patch_simple_evaluate(module: object) -> bool:
         if any(isinstance(t, str) and t.startswith("distmatch_") for t in tasks):
             from eval_tasks.lm_eval_tasks.options import preflight
 
-            preflight(tasks, bound.get("metadata"), _model_arg_names(bound.get("model_args")))
+            try:
+                preflight(tasks, bound.get("metadata"), _model_arg_names(bound.get("model_args")))
+            except DistMatchConfigError as err:
+                if not _called_by_cli(sys._getframe(1)):
+                    raise  # Python-API callers get the exception
+                stderr_line(f"error: {err}")
+                raise SystemExit(CLI_EXIT_STATUS) from None
         return original(*args, **kwargs)
 
     simple_evaluate._distmatch_wrapped = True  # type: ignore[attr-defined]
     module.simple_evaluate = simple_evaluate  # type: ignore[attr-defined]
-    print_config_errors_as_one_line()  # a refused option: one line naming it, exit status 2
+    print_config_errors_as_one_line()  # a refusal outside lm-eval's CLI: one line naming it, exit status 2
     return True
 
 

@@ -12,8 +12,9 @@ Subcommands (``distmatch-eval <cmd> --help`` for every flag):
   report with the papers' published numbers side by side, plus PNG plots.
 
 Errors in the input (a prompt with fewer than 2 samples, empty samples, unknown models, missing optional
-dependencies, unreadable files) end the command with exit status 2 and a one-line message; set
-``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
+dependencies, unreadable files, an existing ``generate -o`` file without ``--overwrite``, ``--resume`` into a file
+made with other settings, ``diversity`` on a file whose records were made with different settings) end the command
+with exit status 2 and a one-line message; set ``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
 
 Each command only maps its flags onto the library: :mod:`eval_tasks.samples` (files), :mod:`eval_tasks.generation`
 (sampling), :mod:`eval_tasks.results` (the result files, from :mod:`eval_tasks.metrics`) and :mod:`eval_tasks.report`.
@@ -48,6 +49,19 @@ def _progress(iterable: Iterable[Any], enabled: bool, **kwargs: Any) -> Iterable
     return tqdm(iterable, file=sys.stderr, **kwargs)
 
 
+def _check_output_file(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """generate's -o: refuse to replace an existing file unless asked (--overwrite) and --resume with --overwrite."""
+    if resume and overwrite:
+        raise InputError("--resume continues -o, --overwrite replaces it: give one of them.")
+    if out.is_dir():
+        raise InputError(f"-o {out}: is a folder; give a file name (JSONL).")
+    if out.exists() and not (resume or overwrite):
+        raise InputError(
+            f"-o {out}: the file exists; pass --resume to continue it (same model, prompts and sampling settings), "
+            "--overwrite to replace it, or give another file."
+        )
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     sampling = G.Sampling(
         num_samples=args.num_samples,
@@ -66,20 +80,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "identical.",
             file=sys.stderr,
         )
-    prompts = samples.read_prompts(args.prompts)
-    if args.limit is not None:
-        prompts = prompts[: args.limit]
     out = Path(args.output)
-    done = {str(r["id"]) for r in samples.read_jsonl(out)} if args.resume and out.exists() else set()
-    todo = [p for p in prompts if str(p["id"]) not in done]
-    position = {str(p["id"]): i for i, p in enumerate(prompts)}
+    _check_output_file(out, resume=args.resume, overwrite=args.overwrite)
+    all_prompts = samples.read_prompts(args.prompts)
+    prompts = all_prompts[: args.limit] if args.limit is not None else all_prompts
     backend = G.choose_backend(args.backend)
     benchmark = args.benchmark or samples.detect_benchmark([samples.prompt_text(p) for p in prompts])
-    if backend == "vllm":
-        transformers = require("transformers", extra="eval", feature="distmatch-eval generate")
-        model, tokenizer = None, transformers.AutoTokenizer.from_pretrained(args.model)
-    else:
-        model, tokenizer, _ = G.load_checkpoint(args.model, args.device, args.dtype)
     meta = G.generation_meta(
         args.model,
         backend,
@@ -87,7 +93,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
         benchmark=benchmark,
         prompts_file=str(args.prompts),
         num_prompts_in_file=len(prompts),
+        chat_template_mode=args.chat_template,
     )
+    existing = samples.read_jsonl(out) if args.resume and out.exists() else []
+    if existing:  # before the model loads: the file must have been made with these settings and prompts
+        meta = samples.check_resume(existing, meta, out, all_prompts)
+    done = {str(r["id"]) for r in existing}
+    todo = [p for p in prompts if str(p["id"]) not in done]
+    position = {str(p["id"]): i for i, p in enumerate(prompts)}
+    if existing and not todo:
+        print(
+            f"distmatch-eval generate: all {len(prompts)} prompt(s) already in {out}; nothing to do.",
+            file=sys.stderr,
+        )
+        return 0
+    if backend == "vllm":
+        transformers = require("transformers", extra="eval", feature="distmatch-eval generate")
+        model, tokenizer = None, transformers.AutoTokenizer.from_pretrained(args.model)
+    else:
+        model, tokenizer, _ = G.load_checkpoint(args.model, args.device, args.dtype)
     encoded = G.encode_prompts(tokenizer, todo, args.chat_template)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -124,6 +148,7 @@ def cmd_diversity(args: argparse.Namespace) -> int:
             raise InputError(
                 f"{args.samples}: record #{i} has no 'samples' list (expected the output of distmatch-eval generate)."
             )
+    samples.check_same_settings(records, args.samples)  # one result records one generation setting
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     bad = [m for m in metrics if m not in (*M.METRICS, M.MAUVE)]
     if bad or not metrics:
@@ -268,8 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--limit", type=int, help="only the first N prompts")
     g.add_argument("--benchmark", help="benchmark id to record (default: detected, e.g. gem_poem)")
     g.add_argument(
-        "--resume", action="store_true", help="keep prompts already in --output, generate the rest"
+        "--resume",
+        action="store_true",
+        help="keep prompts already in --output, generate the rest (refused when the file was made with another "
+        "model, prompt file or sampling setting)",
     )
+    g.add_argument("--overwrite", action="store_true", help="replace --output if it exists (else refused)")
     g.add_argument("--no-progress", action="store_true")
     g.set_defaults(func=cmd_generate)
 

@@ -72,8 +72,10 @@ def generation_meta(
     benchmark: str | None,
     prompts_file: str,
     num_prompts_in_file: int,
+    chat_template_mode: str = "auto",
 ) -> dict[str, Any]:
-    """The ``meta`` of every samples-file record (``chat_template`` is added per record)."""
+    """The ``meta`` of every samples-file record (``chat_template``, whether it was applied, is added per record;
+    `chat_template_mode` is the ``--chat-template`` flag)."""
     settings = asdict(sampling)
     seed = settings.pop("seed")
     return {
@@ -81,6 +83,7 @@ def generation_meta(
         "backend": backend,
         **settings,
         "seed": seed,
+        "chat_template_mode": chat_template_mode,
         "benchmark": benchmark,
         "prompts_file": prompts_file,
         "num_prompts_in_file": num_prompts_in_file,

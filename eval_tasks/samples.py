@@ -3,6 +3,8 @@
 A *samples file* (written by ``distmatch-eval generate`` and the demo) is JSON Lines, one record per prompt:
 ``id``, ``prompt``, ``input_text`` (the prompt as the model saw it), ``samples`` (the K sampled responses),
 ``meta`` (generation settings) and, when the prompt file has one, ``reference`` (a human text, for MAUVE).
+The records of one file must agree on the settings of :data:`SETTING_FLAGS`: :func:`check_resume` refuses to continue
+a file with other settings, :func:`check_same_settings` refuses a file whose records were made with different ones.
 
 Errors in the input raise :class:`InputError` (a ``ValueError``) naming the file and the record. Standard library
 only.
@@ -17,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "SETTING_FLAGS",
     "InputError",
+    "check_resume",
+    "check_same_settings",
     "detect_benchmark",
     "prompt_text",
     "read_jsonl",
@@ -146,3 +151,120 @@ def prompt_text(record: Mapping[str, Any]) -> str | None:
         users = [m.get("content") for m in record["messages"] if m.get("role") == "user"]
         return users[-1] if users else None
     return record.get("text")
+
+
+#: The generation settings in a record's ``meta`` that every record of a samples file shares, with the
+#: ``distmatch-eval generate`` flag that sets each. Not compared: ``num_prompts_in_file`` (the prompts left after
+#: ``--limit``, so it changes when a limited run is resumed) and the per-record ``chat_template`` (False for ``text``
+#: records). A key missing from a record (files of older versions) is not compared for that record.
+SETTING_FLAGS: dict[str, str] = {
+    "model": "--model",
+    "backend": "--backend",
+    "num_samples": "-k/--num-samples",
+    "temperature": "--temperature",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "max_new_tokens": "--max-new-tokens",
+    "seed": "--seed",
+    "chat_template_mode": "--chat-template",
+    "benchmark": "--benchmark",
+    "prompts_file": "--prompts",
+}
+_PATH_SETTINGS = ("model", "prompts_file")
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _settings_by_value(records: Sequence[Any]) -> dict[str, dict[str, list[Any]]]:
+    """For each setting of :data:`SETTING_FLAGS`: its recorded values (as JSON) -> the ids of the records with it."""
+    found: dict[str, dict[str, list[Any]]] = {key: {} for key in SETTING_FLAGS}
+    for i, record in enumerate(records):
+        meta = record.get("meta") if isinstance(record, dict) else None
+        if not isinstance(meta, dict):
+            continue
+        for key in SETTING_FLAGS:
+            if key in meta:
+                found[key].setdefault(_shown(meta[key]), []).append(record.get("id", f"#{i}"))
+    return {key: values for key, values in found.items() if values}
+
+
+def check_same_settings(records: Sequence[Any], path: str | os.PathLike[str]) -> None:
+    """Refuse a samples file whose records were made with different generation settings (:data:`SETTING_FLAGS`):
+    one score over them would mix the settings and record those of the first record only."""
+    mixed = []
+    for key, values in _settings_by_value(records).items():
+        if len(values) > 1:
+            groups = [
+                f"{value} ({len(ids)} record{'s' if len(ids) > 1 else ''}, first id {ids[0]!r})"
+                for value, ids in values.items()
+            ]
+            mixed.append(f"{key} {' vs '.join(groups)}")
+    if mixed:
+        raise InputError(
+            f"{path}: its records were made with different generation settings: {'; '.join(mixed)}. Score each "
+            "setting on its own: generate each into its own -o file, or split this file by the records' 'meta'."
+        )
+
+
+def _same_path(a: Any, b: Any) -> bool:
+    try:
+        return os.path.samefile(str(a), str(b))
+    except (OSError, ValueError):
+        return False
+
+
+def check_resume(
+    records: Sequence[Any],
+    requested: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    prompts: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Refuse to continue the samples file `path` (its `records`) with other generation settings than it was made
+    with, or with a prompt file whose prompts differ from the records'. `requested`: the ``meta`` the new records
+    would get; `prompts`: the whole prompt file (before ``--limit``).
+
+    Returns `requested` with the recorded spelling of the model and prompt-file paths where both name the same file
+    (``out/m`` and ``./out/m/``), so the file stays uniform.
+    """
+    for i, record in enumerate(records):
+        if not isinstance(record, dict) or "id" not in record or not isinstance(record.get("meta"), dict):
+            raise InputError(
+                f"--resume: {path}: record #{i} has no 'id' or no generation settings ('meta'), so it cannot be "
+                "checked against this run's; write to another -o file, or pass --overwrite to replace it."
+            )
+    agreed = dict(requested)
+    different = []
+    for key, values in _settings_by_value(records).items():
+        if key not in requested:
+            continue
+        wanted = requested[key]
+        recorded = [json.loads(v) for v in values]
+        if recorded == [wanted]:
+            continue
+        if key in _PATH_SETTINGS and len(recorded) == 1 and _same_path(recorded[0], wanted):
+            agreed[key] = recorded[0]
+            continue
+        shown = " / ".join(values)
+        different.append(f"{SETTING_FLAGS[key]} recorded {shown}, requested {_shown(wanted)}")
+    if different:
+        raise InputError(
+            f"--resume: {path} was made with other settings: {'; '.join(different)}. Resume with the recorded "
+            "settings, write to another -o file, or pass --overwrite to replace it."
+        )
+    by_id = {str(p["id"]): prompt_text(p) for p in prompts}
+    for record in records:
+        key = str(record["id"])
+        if key not in by_id:
+            raise InputError(
+                f"--resume: {path} has a record id={record['id']!r} that --prompts has not: the file was made from "
+                "another prompt file. Resume with that file, write to another -o file, or pass --overwrite."
+            )
+        if "prompt" in record and record["prompt"] != by_id[key]:
+            raise InputError(
+                f"--resume: prompt id={record['id']!r} in {path} is {_shown(record['prompt'])[:80]}, in --prompts "
+                f"{_shown(by_id[key])[:80]}: the prompt file changed. Resume with the file the records were made "
+                "from, write to another -o file, or pass --overwrite."
+            )
+    return agreed

@@ -1,8 +1,9 @@
 """The distmatch task options (lm-eval's ``--metadata '{...}'``): one table, checked before the model or data loads.
 
 ``TASK_OPTIONS`` is the only list of valid keys: a key added here is accepted everywhere. `check_task_options`
-refuses unknown keys (naming the valid ones and the closest match) and out-of-range values; `missing_data` lists
-every local split the requested tasks need that is not in the data folder, all at once. Both run from
+refuses unknown keys (naming the valid ones and the closest match) and out-of-range values; `check_options_apply`
+an option none of the requested tasks reads and a protocol of another task family; `missing_data` lists
+every local split the requested tasks need that is not in the data folder, all at once. All run from
 `preflight`, which the lm-eval activation hook calls at the start of ``simple_evaluate`` (before the model is
 built) when a ``distmatch_*`` task is requested; the task classes check their options again (Python-API users).
 
@@ -23,6 +24,7 @@ from distmatch_hooks import DistMatchConfigError
 __all__ = [
     "TASK_OPTIONS",
     "TaskOption",
+    "check_options_apply",
     "check_task_options",
     "missing_data",
     "preflight",
@@ -95,17 +97,21 @@ TASK_OPTIONS: dict[str, TaskOption] = {
 }
 
 
+#: The task families of `eval_tasks.protocols.FAMILIES` as the messages name them.
+FAMILY_NAMES = {
+    "icl": "NLU retrieval tasks",
+    "mmlu": "MMLU",
+    "ifeval": "IFEval",
+    "creative": "creative writing",
+}
+
+
 def _from_protocol_table() -> None:
     """The options defined with the papers' protocols (`eval_tasks.protocols.TASK_OPTIONS`: `protocol`,
     `openicl_round_trip`, `ppl_norm`, `mmlu_average`, `scoring`, ...) join this table with their valid values."""
     from eval_tasks.protocols import TASK_OPTIONS as PROTOCOL_OPTIONS
 
-    families = {
-        "icl": "NLU retrieval tasks",
-        "mmlu": "MMLU",
-        "ifeval": "IFEval",
-        "creative": "creative writing",
-    }
+    families = FAMILY_NAMES
     for option in PROTOCOL_OPTIONS.values():
         if option.name in TASK_OPTIONS:
             continue
@@ -163,6 +169,72 @@ def check_task_options(metadata: Mapping[str, Any], model_args: Iterable[str] | 
             + ", ".join(TASK_OPTIONS)
             + "."
         )
+
+
+def _leaf_tasks(name: str) -> list[str]:
+    """The distmatch tasks a requested name runs (a group or tag: its members)."""
+    from eval_tasks import nlu
+    from eval_tasks.lm_eval_tasks import CREATIVE_TASKS
+
+    groups = {
+        "distmatch_nlu": list(nlu.NLU_TASK_NAMES),
+        "distmatch_icl": [f"distmatch_{key}" for key in nlu.ICL_TASKS],
+        "distmatch_creative": list(CREATIVE_TASKS),
+    }
+    return groups.get(name, [name])
+
+
+def check_options_apply(task_names: Iterable[str], metadata: Mapping[str, Any]) -> None:
+    """Refuse an option that none of the requested distmatch tasks reads (it would be ignored: `num_samples` with
+    ``distmatch_sst2``) and a protocol of another task family (``gem_official`` with an NLU task), in one message
+    naming the option, the tasks and what they accept. Tasks lm-eval does not know are left to lm-eval."""
+    from eval_tasks.protocols import PROTOCOLS, family_of_task
+    from eval_tasks.protocols import TASK_OPTIONS as OPTIONS
+
+    by_family: dict[str, list[str]] = {}  # family -> the requested names that run tasks of it
+    for name in task_names:
+        if not isinstance(name, str) or not name.startswith("distmatch_"):
+            continue
+        for leaf in _leaf_tasks(name):
+            family = family_of_task(leaf)
+            if family is not None and name not in by_family.setdefault(family, []):
+                by_family[family].append(name)
+    if not by_family:
+        return
+    requested = list(dict.fromkeys(n for names in by_family.values() for n in names))
+    read_here = [o.name for o in OPTIONS.values() if set(o.families) & set(by_family)]
+    problems = []
+    for key, value in metadata.items():
+        option = OPTIONS.get(key)
+        if option is None or value is None or value == "":
+            continue
+        if key == "protocol":
+            if not isinstance(value, str) or value not in PROTOCOLS:
+                continue  # an unknown protocol: check_task_options names the valid ones
+            wrong = [f for f in by_family if f not in PROTOCOLS[value]["families"]]
+            if wrong:
+                tasks = ", ".join(dict.fromkeys(n for f in wrong for n in by_family[f]))
+                kinds = " and ".join(FAMILY_NAMES[f] for f in wrong)
+                valid = [p for p, spec in PROTOCOLS.items() if set(by_family) <= set(spec["families"])]
+                meant = " and ".join(FAMILY_NAMES[f] for f in PROTOCOLS[value]["families"])
+                both = "creative" in by_family and bool({"icl", "mmlu"} & set(by_family))
+                hint = (
+                    " (run the EMO NLU and the GEM creative-writing tasks in separate lm_eval calls)"
+                    if both
+                    else ""
+                )
+                problems.append(
+                    f"protocol={value!r} is for the {meant} tasks, not {tasks} ({kinds}); accepted for "
+                    f"{', '.join(requested)}: {', '.join(valid)}{hint}"
+                )
+        elif not set(option.families) & set(by_family):
+            meant = ", ".join(FAMILY_NAMES[f] for f in option.families)
+            problems.append(
+                f"{key}={value!r} is not read by {', '.join(requested)} (only by the {meant} tasks), so it would be "
+                f"ignored; the options these tasks read: {', '.join(read_here)}"
+            )
+    if problems:
+        raise DistMatchConfigError("distmatch task metadata: " + "; ".join(problems) + ".")
 
 
 def _task_keys(task_names: Iterable[str]) -> list[str]:
@@ -223,6 +295,7 @@ def preflight(
         return
     metadata = dict(metadata or {})
     check_task_options(metadata, model_args)
+    check_options_apply(names, metadata)
     from eval_tasks import dataset_loading
 
     data_dir = dataset_loading.option(metadata, "data_dir", dataset_loading.DATA_DIR_ENV)

@@ -240,9 +240,10 @@ def _add_diversity(run: RunData, path: Path, data: dict[str, Any]) -> None:
 def _add_generate_jsonl(run: RunData, path: Path) -> None:
     from eval_tasks.metrics import corpus_diversity
     from eval_tasks.results import gem_protocol_notes
-    from eval_tasks.samples import detect_benchmark, read_jsonl
+    from eval_tasks.samples import check_same_settings, detect_benchmark, read_jsonl
 
     records = read_jsonl(path)
+    check_same_settings(records, path)  # the row reports the first record's settings for all
     result = corpus_diversity(records)
     meta = records[0].get("meta") or {}
     benchmark = meta.get("benchmark") or detect_benchmark([r.get("prompt") for r in records])

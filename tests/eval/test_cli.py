@@ -400,3 +400,142 @@ def test_report_bad_input(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert run_cli("report", "--run", f"x={results}", "-o", tmp_path / "r") == 2
     assert "pip install 'distmatch[eval]'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# An existing -o file: refused unless --overwrite; --resume only with the settings it was made with
+
+
+@pytest.fixture
+def model_loads(monkeypatch) -> list[str]:
+    """The checkpoints `generate` loads (the real loader, counted): a refusal must come before any."""
+    loaded: list[str] = []
+    real = cli.G.load_checkpoint
+
+    def counted(path, *args, **kwargs):
+        loaded.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(cli.G, "load_checkpoint", counted)
+    return loaded
+
+
+def _one_error_line(capsys, command: str = "generate") -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"distmatch-eval {command}: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_generate_refuses_an_existing_output_unless_overwrite(
+    models, prompts_file, tmp_path, capsys, model_loads
+):
+    out = tmp_path / "o.jsonl"
+    out.write_text("earlier work\n")
+    assert _generate(models["ce"], prompts_file, out, "--no-progress") == 2
+    line = _one_error_line(capsys)
+    assert f"-o {out}: the file exists; pass --resume to continue it" in line and "--overwrite" in line, line
+    assert out.read_text() == "earlier work\n" and model_loads == []
+    assert _generate(models["ce"], prompts_file, out, "--no-progress", "--resume", "--overwrite") == 2
+    assert "give one of them" in _one_error_line(capsys) and model_loads == []
+    assert _generate(models["ce"], prompts_file, tmp_path, "--no-progress") == 2  # -o a folder
+    assert "is a folder" in _one_error_line(capsys) and model_loads == []
+    assert _generate(models["ce"], prompts_file, out, "--no-progress", "--overwrite", "--limit", "1") == 0
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["p0"]  # replaced
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["-k", "4"], "-k/--num-samples recorded 3, requested 4"),
+        (["--temperature", "0.7"], "--temperature recorded 1.0, requested 0.7"),
+        (["--top-k", "5"], "--top-k recorded 50, requested 5"),
+        (["--top-p", "0.5"], "--top-p recorded 0.9, requested 0.5"),
+        (["--max-new-tokens", "8"], "--max-new-tokens recorded 12, requested 8"),
+        (["--seed", "7"], "--seed recorded 42, requested 7"),
+        (["--chat-template", "never"], '--chat-template recorded "auto", requested "never"'),
+        (["--benchmark", "gem_story"], '--benchmark recorded "gem_poem", requested "gem_story"'),
+        (["--model", "gem"], "--model recorded "),
+        (["--prompts", "copy"], "--prompts recorded "),
+    ],
+    ids=["k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat_template", "benchmark", "model",
+         "prompts"],
+)  # fmt: skip
+def test_generate_resume_refuses_other_settings(
+    models, prompts_file, tmp_path, capsys, model_loads, flags, named
+) -> None:
+    out = tmp_path / "o.jsonl"
+    assert _generate(models["ce"], prompts_file, out, "--no-progress", "--limit", "2") == 0
+    before = out.read_bytes()
+    model_loads.clear()
+    capsys.readouterr()
+    model, prompts = models["ce"], prompts_file
+    if flags[0] == "--model":
+        model, flags = models["gem"], []
+    elif flags[0] == "--prompts":
+        prompts, flags = tmp_path / "copy.jsonl", []
+        prompts.write_bytes(prompts_file.read_bytes())  # the same prompts, another file
+    assert _generate(model, prompts, out, "--no-progress", "--resume", *flags) == 2
+    line = _one_error_line(capsys)
+    assert f"--resume: {out} was made with other settings: {named}" in line, line
+    if named.startswith("--model"):
+        assert (
+            f"--model recorded {json.dumps(str(models['ce']))}, requested {json.dumps(str(models['gem']))}"
+            in line
+        )
+    assert "write to another -o file, or pass --overwrite" in line
+    assert out.read_bytes() == before and model_loads == []  # refused before the model loads, file untouched
+
+
+def test_generate_resume_refuses_a_changed_prompt_file(models, prompts_file, tmp_path, capsys, model_loads):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_bytes(prompts_file.read_bytes())
+    out = tmp_path / "o.jsonl"
+    assert _generate(models["ce"], prompts, out, "--no-progress", "--limit", "2") == 0
+    rows = [json.loads(x) for x in prompts.read_text().splitlines()]
+    rows[1]["prompt"] = "Write a poem titled 'Summer' with no more than 200 words."
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model_loads.clear()
+    capsys.readouterr()
+    assert _generate(models["ce"], prompts, out, "--no-progress", "--resume") == 2
+    line = _one_error_line(capsys)
+    assert f"prompt id='p1' in {out} is " in line and "the prompt file changed" in line, line
+    assert model_loads == []
+
+
+def test_generate_resume_with_the_same_settings_keeps_one_setting(
+    models, prompts_file, tmp_path, monkeypatch, capsys, model_loads
+) -> None:
+    out = tmp_path / "o.jsonl"
+    assert _generate(models["ce"], prompts_file, out, "--no-progress", "--limit", "1") == 0
+    monkeypatch.chdir(models["ce"].parent)  # the same model folder, spelled another way: accepted
+    assert _generate(f"./{models['ce'].name}/", prompts_file, out, "--no-progress", "--resume") == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["p0", "p1", "p2"]
+    assert {r["meta"]["model"] for r in rows} == {str(models["ce"])}  # the recorded spelling is kept
+    assert run_cli("diversity", out, "--metrics", "ngram", "--no-progress") == 0  # one setting: scored
+    model_loads.clear()
+    capsys.readouterr()
+    # a complete file: nothing to generate, no model load
+    assert _generate(models["ce"], prompts_file, out, "--no-progress", "--resume") == 0
+    assert "all 3 prompt(s) already in" in capsys.readouterr().err and model_loads == []
+
+
+def test_diversity_and_report_refuse_a_file_of_mixed_settings(models, prompts_file, tmp_path, capsys) -> None:
+    hot, cold = tmp_path / "hot.jsonl", tmp_path / "cold.jsonl"
+    assert _generate(models["ce"], prompts_file, hot, "--no-progress", "--limit", "2") == 0
+    assert _generate(models["ce"], prompts_file, cold, "--no-progress", "--temperature", "0.7") == 0
+    mixed = tmp_path / "mixed.jsonl"  # two runs' records in one file (what a silent resume used to write)
+    hot_rows = hot.read_text().splitlines(True)
+    mixed.write_text("".join(hot_rows) + "".join(cold.read_text().splitlines(True)[2:]))
+    capsys.readouterr()
+    assert run_cli("diversity", mixed, "--metrics", "ngram", "--no-progress") == 2
+    line = _one_error_line(capsys, "diversity")
+    assert f"{mixed}: its records were made with different generation settings: " in line, line
+    assert "temperature 1.0 (2 records, first id 'p0') vs 0.7 (1 record, first id 'p2')" in line, line
+    assert "generate each into its own -o file" in line
+    assert not mixed.with_suffix(".diversity.json").exists()
+    assert run_cli("report", "--run", f"x={mixed}", "-o", tmp_path / "r") == 2
+    assert "temperature 1.0 (2 records" in _one_error_line(capsys, "report")
+    assert run_cli("diversity", hot, "--metrics", "ngram", "--no-progress") == 0  # one setting: scored

@@ -55,9 +55,10 @@ def test_generation_meta() -> None:
         num_prompts_in_file=9,
     )
     assert list(meta) == [
-        "model", "backend", "num_samples", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "benchmark",
-        "prompts_file", "num_prompts_in_file",
+        "model", "backend", "num_samples", "temperature", "top_k", "top_p", "max_new_tokens", "seed",
+        "chat_template_mode", "benchmark", "prompts_file", "num_prompts_in_file",
     ]  # fmt: skip
+    assert meta["chat_template_mode"] == "auto"  # the --chat-template flag (the default)
     assert (meta["num_samples"], meta["seed"], meta["top_k"], meta["num_prompts_in_file"]) == (4, 7, 50, 9)
 
 

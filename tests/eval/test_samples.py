@@ -91,3 +91,69 @@ def test_read_references_by_id(tmp_path: Path) -> None:
     S.write_jsonl(refs, [{"id": "a", "reference": 3}])
     with pytest.raises(S.InputError, match="record #0 has no 'reference'/'text' string"):
         S.read_references(refs, records)
+
+
+def _meta(**changes: object) -> dict:
+    meta = {"model": "m", "backend": "hf", "num_samples": 3, "temperature": 1.0, "top_k": 50, "top_p": 0.9,
+            "max_new_tokens": 12, "seed": 42, "chat_template_mode": "auto", "benchmark": None,
+            "prompts_file": "p.jsonl", "num_prompts_in_file": 2}  # fmt: skip
+    return {**meta, **changes}
+
+
+def test_check_same_settings_names_each_mixed_setting(tmp_path: Path) -> None:
+    same = [{"id": i, "samples": ["a", "b"], "meta": _meta(num_prompts_in_file=i + 1)} for i in range(3)]
+    S.check_same_settings(
+        same, tmp_path / "s.jsonl"
+    )  # num_prompts_in_file is not a setting (--limit, resumed)
+    S.check_same_settings(
+        [{"id": 0, "samples": ["a", "b"]}, *same], "s.jsonl"
+    )  # records without meta: no claim
+    old = {
+        "id": 9,
+        "samples": ["a", "b"],
+        "meta": {k: v for k, v in _meta().items() if k != "chat_template_mode"},
+    }
+    S.check_same_settings([*same, old], "s.jsonl")  # a key older files lack is compared where present
+    mixed = [*same, {"id": "x", "samples": ["a", "b"], "meta": _meta(temperature=0.7, num_samples=4)}]
+    with pytest.raises(S.InputError) as err:
+        S.check_same_settings(mixed, tmp_path / "s.jsonl")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{tmp_path / 's.jsonl'}: ")
+    assert "num_samples 3 (3 records, first id 0) vs 4 (1 record, first id 'x')" in message, message
+    assert "temperature 1.0 (3 records, first id 0) vs 0.7 (1 record, first id 'x')" in message, message
+    assert "split this file by the records' 'meta'" in message
+
+
+def test_check_resume_refuses_other_settings_and_prompts(tmp_path: Path) -> None:
+    prompts = [{"id": "p0", "prompt": "a"}, {"id": "p1", "prompt": "b"}]
+    records = [{"id": "p0", "prompt": "a", "samples": ["x", "y"], "meta": _meta()}]
+    assert S.check_resume(records, _meta(), "o.jsonl", prompts) == _meta()
+    with pytest.raises(S.InputError) as err:
+        S.check_resume(records, _meta(temperature=0.7, top_k=0), "o.jsonl", prompts)
+    assert str(err.value) == (
+        "--resume: o.jsonl was made with other settings: --temperature recorded 1.0, requested 0.7; --top-k "
+        "recorded 50, requested 0. Resume with the recorded settings, write to another -o file, or pass "
+        "--overwrite to replace it."
+    )
+    for key, value in [("model", "other"), ("num_samples", 4), ("top_p", 0.8), ("max_new_tokens", 8),
+                       ("seed", 1), ("backend", "vllm"), ("chat_template_mode", "never"),
+                       ("benchmark", "gem_poem"), ("prompts_file", "q.jsonl")]:  # fmt: skip
+        with pytest.raises(
+            S.InputError, match=rf"{S.SETTING_FLAGS[key]} recorded .*requested {json.dumps(value)}"
+        ):
+            S.check_resume(records, _meta(**{key: value}), "o.jsonl", prompts)
+    # the same file under another spelling: accepted, and the recorded spelling is kept for the new records
+    (tmp_path / "model").mkdir()
+    (tmp_path / "p.jsonl").write_text("")
+    spelled = [
+        {**records[0], "meta": _meta(model=str(tmp_path / "model"), prompts_file=str(tmp_path / "p.jsonl"))}
+    ]
+    requested = _meta(model=f"{tmp_path}/./model/", prompts_file=f"{tmp_path}/../{tmp_path.name}/p.jsonl")
+    agreed = S.check_resume(spelled, requested, "o.jsonl", prompts)
+    assert (agreed["model"], agreed["prompts_file"]) == (str(tmp_path / "model"), str(tmp_path / "p.jsonl"))
+    with pytest.raises(S.InputError, match=r"prompt id='p0' in o.jsonl is \"a\", in --prompts \"changed\""):
+        S.check_resume(records, _meta(), "o.jsonl", [{"id": "p0", "prompt": "changed"}])
+    with pytest.raises(S.InputError, match=r"has a record id='p0' that --prompts has not"):
+        S.check_resume(records, _meta(), "o.jsonl", [{"id": "q0", "prompt": "a"}])
+    with pytest.raises(S.InputError, match=r"record #0 has no 'id' or no generation settings"):
+        S.check_resume([{"id": "p0", "samples": ["x", "y"]}], _meta(), "o.jsonl", prompts)
