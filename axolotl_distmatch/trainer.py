@@ -32,6 +32,7 @@ from transformers import Trainer
 
 from trl_ext.loss_mixin import DistMatchLossMixin
 from trl_ext.losses import IGNORE_INDEX
+from trl_ext.output_lock import lock_output_dir
 
 DEBUG_ENV = "DISTMATCH_DEBUG_TOKEN_COUNTS"
 
@@ -126,6 +127,8 @@ class DistMatchTrainer(DistMatchLossMixin, AxolotlTrainer, _DistMatchLossHead):
         self._distmatch_loss_only = False
         self._distmatch_setup_pending = True
         super().__init__(*args, **kwargs)
+        if self.args.process_index == 0:  # one run per output folder (a second one is refused in one line)
+            lock_output_dir(self.args.output_dir)
         # The loss always predicts labels[..., 1:]: count those (a model with a non-causal-LM `loss_type` would
         # otherwise be counted over all labels).
         self._loss_shifts_labels = True

@@ -10,6 +10,7 @@ own `trl.scripts.sft.main` with `DistMatchSFTTrainer` in place of `SFTTrainer`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,12 +55,17 @@ def sft_worker(argv: Sequence[str] | None = None) -> None:
 
 
 def check_parsed(parsed: Sequence[Any]) -> None:
-    """Checks that need two of TRL's parsed dataclasses: a cost-embedding model (EMO) must have the vocabulary of
-    the model being trained (both read from `config.json`, no weights)."""
+    """Checks that need TRL's parsed dataclasses, before anything is launched: no other run is writing the output
+    folder (`output_lock`), and a cost-embedding model (EMO) must have the vocabulary of the model being trained
+    (both read from `config.json`, no weights)."""
     training = next((p for p in parsed if hasattr(p, "distmatch_loss")), None)
     model = next((p for p in parsed if hasattr(p, "model_name_or_path")), None)
     if training is None or model is None or training.distmatch_loss is None:
         return
+    if "RANK" not in os.environ:  # the launcher (or a single process): ranks would see rank 0's own lock
+        from .output_lock import check_output_dir_free
+
+        check_output_dir_free(training.output_dir)
     from .options import cost_embedding_option
 
     source = cost_embedding_option(training.distmatch_loss)
@@ -92,16 +98,7 @@ def launch_sft(argv: Sequence[str], prog: str = "distmatch-trl sft") -> int:
     _, training_args, model_args, *_, config_unknown, cli_unknown = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
-    from .options import cost_embedding_option
-
-    loss = getattr(training_args, "distmatch_loss", None)
-    source = None if loss is None else cost_embedding_option(loss)
-    if source is not None:  # a cost-embedding model with another vocabulary: refused now
-        from .emo_cost import check_cost_embedding_source, model_vocab_size
-
-        check_cost_embedding_source(
-            training_args.loss_options()[source], model_vocab_size(model_args.model_name_or_path)
-        )
+    check_parsed((training_args, model_args))  # before anything is launched or loaded
     launch_args = resolve_accelerate_config_argument(config_unknown + cli_unknown)
     script_args = _remove_in_order(argv, cli_unknown)
     launch_command(launch_command_parser().parse_args([*launch_args, str(SFT_SCRIPT), *script_args]))

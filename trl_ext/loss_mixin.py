@@ -8,8 +8,10 @@ reduces them by TRL's contract (sum / `num_items_in_batch`, or the local token c
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,22 @@ def _note_options_capped_by_vocabulary(loss: str, options: dict[str, Any], vocab
                 vocabulary,
                 name,
             )
+
+
+def _has_room(folder: Path, probe_bytes: int = 1 << 20) -> bool:
+    """Whether `probe_bytes` more can be written to `folder` (False on ENOSPC): tells a full disk from other
+    write errors after a failed save, whatever exception type the writer turned ENOSPC into."""
+    probe = folder / f".distmatch-space-probe-{os.getpid()}"
+    try:
+        with open(probe, "wb") as stream:
+            stream.write(b"\0" * probe_bytes)
+            stream.flush()
+            os.fsync(stream.fileno())
+        return True
+    except OSError as err:
+        return err.errno != errno.ENOSPC
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def _save_cost_embedding(cost_embedding: torch.Tensor | None) -> None:
@@ -110,6 +128,33 @@ class DistMatchLossMixin:
 
     def record_metric(self, mode: str, key: str, value: float) -> None:
         raise NotImplementedError
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """transformers' checkpoint save; if it fails, the half-written `checkpoint-N` (no `trainer_state.json`
+        yet) is removed, so that a resume never takes it for the newest checkpoint (`resume_from_checkpoint=True`
+        picks the highest N), and a full disk is named as such (torch's zip writer reports it as a RuntimeError),
+        with the checkpoint to resume from."""
+        try:
+            super()._save_checkpoint(model, trial)  # type: ignore[misc]
+        except (OSError, RuntimeError) as err:
+            run_dir = Path(self._get_output_dir(trial=trial))  # type: ignore[attr-defined]
+            partial = run_dir / f"checkpoint-{self.state.global_step}"  # type: ignore[attr-defined]
+            full = (isinstance(err, OSError) and err.errno == errno.ENOSPC) or not _has_room(run_dir)
+            if partial.is_dir() and not (partial / "trainer_state.json").exists():
+                shutil.rmtree(partial, ignore_errors=True)
+            if not full:
+                logger.error("distmatch: saving %s failed; the incomplete checkpoint was removed.", partial)
+                raise
+            complete = [c for c in run_dir.glob("checkpoint-*") if (c / "trainer_state.json").is_file()]
+            complete.sort(key=lambda c: int(c.name.rsplit("-", 1)[1]) if c.name[11:].isdigit() else -1)
+            newest = (
+                f"resume from {complete[-1]}" if complete else "no complete checkpoint was written before"
+            )
+            raise OSError(
+                errno.ENOSPC,
+                f"distmatch: no space left on the device while saving {partial} (removed: it was incomplete); "
+                f"{newest}; free space and run again with --resume_from_checkpoint",
+            ) from err
 
     def distmatch_compute_loss(
         self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool, num_items_in_batch: Any

@@ -9,6 +9,7 @@ TRL's contract (sum / `num_items_in_batch`, or the local token count; x processe
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ from .config import DistMatchSFTConfig
 from .emo_cost import check_cost_embedding_source
 from .loss_mixin import DistMatchLossMixin, unwrap_peft, vocab_size
 from .options import cost_embedding_option
+from .output_lock import lock_output_dir
 from .teardown import release_process_groups_at_exit
 
 __all__ = ["DistMatchLossMixin", "DistMatchSFTTrainer"]
@@ -57,6 +59,10 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
         source = None if loss is None else cost_embedding_option(loss)
         if source is not None:  # before TRL tokenises the dataset: another model's vocabulary is refused now
             check_cost_embedding_source(args.loss_options()[source], vocab_size(model))
+        if (
+            loss is not None and int(os.environ.get("RANK", "0")) == 0
+        ):  # before the model loads (`model` a path)
+            lock_output_dir(args.output_dir)  # one run per output folder: a second one is refused in one line
         with _allow_peft_lm_head(loss is not None):
             super().__init__(model, args, *pargs, **kwargs)
         release_process_groups_at_exit()  # multi-process runs: no communication thread outlives the interpreter
