@@ -54,20 +54,38 @@ def sft_worker(argv: Sequence[str] | None = None) -> None:
 
 
 def check_parsed(parsed: Sequence[Any]) -> None:
-    """Checks that need two of TRL's parsed dataclasses: a cost-embedding model (EMO) must have the vocabulary of
-    the model being trained (both read from `config.json`, no weights)."""
+    """Checks that need TRL's parsed dataclasses, run right after parsing (before any model or data loads):
+
+    * resuming (`--resume_from_checkpoint DIR`) from a checkpoint whose run record (`DIR/distmatch.json`) names
+      another loss or other options than asked for is refused (`trl_ext.resume`); without `--loss` the recorded loss
+      is what the trainer will take, and what is checked below;
+    * a cost-embedding model (EMO) must have the vocabulary of the model being trained (both read from
+      `config.json`, no weights).
+    """
     training = next((p for p in parsed if hasattr(p, "distmatch_loss")), None)
     model = next((p for p in parsed if hasattr(p, "model_name_or_path")), None)
-    if training is None or model is None or training.distmatch_loss is None:
+    if training is None:
         return
-    from .options import cost_embedding_option
+    from .options import DISTMATCH_LOSSES, cost_embedding_option
+    from .resume import checkpoint_folder, resolve_resume
 
-    source = cost_embedding_option(training.distmatch_loss)
+    loss, options = training.distmatch_loss, training.loss_options()
+    resume = resolve_resume(
+        checkpoint_folder(training.resume_from_checkpoint, training.output_dir),
+        training.loss,
+        options,
+        allow_change=bool(training.allow_loss_change),
+    )
+    if resume is not None:
+        loss, options = resume.loss, resume.options
+    if model is None or loss not in DISTMATCH_LOSSES:
+        return
+    source = cost_embedding_option(loss)
     if source is None:
         return
     from .emo_cost import check_cost_embedding_source, model_vocab_size
 
-    check_cost_embedding_source(training.loss_options()[source], model_vocab_size(model.model_name_or_path))
+    check_cost_embedding_source(options[source], model_vocab_size(model.model_name_or_path))
 
 
 def _remove_in_order(items: Sequence[str], removed: Sequence[str]) -> list[str]:
@@ -92,16 +110,7 @@ def launch_sft(argv: Sequence[str], prog: str = "distmatch-trl sft") -> int:
     _, training_args, model_args, *_, config_unknown, cli_unknown = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
-    from .options import cost_embedding_option
-
-    loss = getattr(training_args, "distmatch_loss", None)
-    source = None if loss is None else cost_embedding_option(loss)
-    if source is not None:  # a cost-embedding model with another vocabulary: refused now
-        from .emo_cost import check_cost_embedding_source, model_vocab_size
-
-        check_cost_embedding_source(
-            training_args.loss_options()[source], model_vocab_size(model_args.model_name_or_path)
-        )
+    check_parsed([training_args, model_args])  # a resume with another loss, another vocabulary: refused now
     launch_args = resolve_accelerate_config_argument(config_unknown + cli_unknown)
     script_args = _remove_in_order(argv, cli_unknown)
     launch_command(launch_command_parser().parse_args([*launch_args, str(SFT_SCRIPT), *script_args]))
