@@ -145,7 +145,7 @@ class Resume:
         recorded = describe(self.record.loss, self.record.options)
         if self.action == "adopt":
             return (
-                f"distmatch: resuming from {self.checkpoint} without a `loss`: training continues with the "
+                f"distmatch: resuming from {self.checkpoint} without a loss: training continues with the "
                 f"recorded {recorded} (from {self.record.path})."
             )
         if self.action == "change":

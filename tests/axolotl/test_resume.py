@@ -29,7 +29,7 @@ from tests.helpers.env import REPO_ROOT  # noqa: E402
 from trl_ext.checks import DistMatchConfigError  # noqa: E402
 from trl_ext.options import OPTION_DEFAULTS  # noqa: E402
 
-ADOPTED = "without a `loss`: training continues with the recorded loss=emo"
+ADOPTED = "without a loss: training continues with the recorded loss=emo"
 
 
 def _config(assets: dict[str, Path], out: Path, **overrides: Any) -> dict[str, Any]:

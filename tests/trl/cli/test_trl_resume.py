@@ -21,7 +21,7 @@ from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
 pytestmark = pytest.mark.slow
 
-ADOPTED = "without a `loss`: training continues with the recorded loss=emo"
+ADOPTED = "without a loss: training continues with the recorded loss=emo"
 
 
 def _args(tiny: dict[str, Path], output_dir: Path, steps: int) -> list[str]:
