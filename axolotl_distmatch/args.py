@@ -115,6 +115,15 @@ class _DistMatchArgs(BaseModel):
         },
     )
 
+    allow_loss_change: bool | None = Field(
+        default=None,
+        json_schema_extra={
+            "description": "Resuming from a checkpoint whose `distmatch.json` records another loss or other loss "
+            "options: train with this config's `loss` and options anyway. Without it such a resume is refused; a "
+            "resume without `loss` continues with the recorded loss and options."
+        },
+    )
+
     @field_validator("loss", mode="before")
     @classmethod
     def _known_loss(cls, value: Any) -> Any:

@@ -4,8 +4,11 @@ Hooks used (all present from Axolotl 0.19 on):
 
 * `get_input_args` -> `axolotl_distmatch.args.DistMatchArgs`: the `loss` key and the loss options, validated with
   Axolotl's config (bad values and conflicting settings fail there, with the valid choices / what to remove);
-* `register` (raw config, before validation): with `loss` set, fail now if the trainer cannot be imported;
-  Axolotl <= 0.19 only logs a plugin's import errors and would train with plain cross-entropy;
+* `register` (raw config, before validation): resuming (`resume_from_checkpoint`, or `auto_resume_from_checkpoints`
+  with a checkpoint in `output_dir`) from a checkpoint whose run record (`distmatch.json`, `trl_ext.resume`)
+  names a loss: without `loss` the recorded loss and options are put into the config (one log line), another loss
+  or other options are refused unless `allow_loss_change: true`; then, with `loss` set, fail now if the trainer
+  cannot be imported (Axolotl <= 0.19 only logs a plugin's import errors and would train plain cross-entropy);
 * `get_trainer_cls` -> `DistMatchTrainer` bound to the loss and its options, only when `loss` is set: without
   it the plugin does nothing (it is auto-loaded for every config through the `axolotl.plugins` entry point on
   Axolotl >= 0.21).
@@ -18,7 +21,8 @@ from typing import Any
 
 from axolotl.integrations.base import BasePlugin
 
-from trl_ext.options import LOSS_OPTIONS
+from trl_ext.options import LOSS_OPTIONS, options_of
+from trl_ext.resume import last_checkpoint, resolve_resume
 
 LOG = logging.getLogger(__name__)
 
@@ -29,6 +33,34 @@ MIN_AXOLOTL = "0.19"
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
     value = cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
     return default if value is None else value
+
+
+def resume_checkpoint(cfg: Any) -> str | None:
+    """The checkpoint Axolotl will resume from: `resume_from_checkpoint`, else with `auto_resume_from_checkpoints` the
+    last `checkpoint-N` of `output_dir` (Axolotl's `determine_last_checkpoint`)."""
+    checkpoint = _get(cfg, "resume_from_checkpoint")
+    if checkpoint is None and _get(cfg, "auto_resume_from_checkpoints"):
+        checkpoint = last_checkpoint(_get(cfg, "output_dir", "./model-out"))
+    return None if checkpoint is None else str(checkpoint)
+
+
+def continue_recorded_loss(cfg: Any) -> None:
+    """Raw config (before validation): a resume without `loss` gets the checkpoint's recorded loss and options;
+    another loss or other options are refused (`DistMatchConfigError`) unless `allow_loss_change` is true."""
+    written = {o.name: _get(cfg, o.name) for o in LOSS_OPTIONS if _get(cfg, o.name) is not None}
+    resume = resolve_resume(
+        resume_checkpoint(cfg),
+        _get(cfg, "loss"),
+        written,
+        allow_change=bool(_get(cfg, "allow_loss_change", False)),
+    )
+    if resume is None or resume.action != "adopt":
+        return  # a change is announced by the trainer when training starts
+    cfg["loss"] = resume.loss
+    for option in options_of(resume.loss):
+        if resume.options.get(option.name) is not None:
+            cfg[option.name] = resume.options[option.name]
+    LOG.warning(resume.message())
 
 
 class DistMatchPlugin(BasePlugin):
@@ -50,6 +82,8 @@ class DistMatchPlugin(BasePlugin):
         return ARGS_PATH if self._is_active_instance() else None
 
     def register(self, cfg: dict) -> None:
+        if self._is_active_instance():
+            continue_recorded_loss(cfg)
         loss = _get(cfg, "loss")
         if loss is None:
             return
@@ -81,7 +115,9 @@ class DistMatchPlugin(BasePlugin):
 
         options = {o.name: _get(cfg, o.name, o.default) for o in LOSS_OPTIONS}
         LOG.info("distmatch: training with loss=%s (%s)", loss, options)
-        return DistMatchTrainer.configured(loss, options)
+        return DistMatchTrainer.configured(
+            loss, options, allow_loss_change=bool(_get(cfg, "allow_loss_change", False))
+        )
 
 
 __all__ = ["DistMatchPlugin"]

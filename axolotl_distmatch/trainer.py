@@ -30,8 +30,10 @@ import torch
 from axolotl.core.trainers.base import AxolotlTrainer
 from transformers import Trainer
 
+from trl_ext.checks import DistMatchConfigError
 from trl_ext.loss_mixin import DistMatchLossMixin
 from trl_ext.losses import IGNORE_INDEX
+from trl_ext.options import loss_params
 from trl_ext.output_lock import lock_output_dir
 
 DEBUG_ENV = "DISTMATCH_DEBUG_TOKEN_COUNTS"
@@ -109,16 +111,26 @@ class DistMatchTrainer(DistMatchLossMixin, AxolotlTrainer, _DistMatchLossHead):
     #: Set on the subclass returned by `configured` (Axolotl constructs the trainer class with its own arguments).
     distmatch_loss: ClassVar[str | None] = None
     distmatch_options: ClassVar[Mapping[str, Any]] = {}
+    #: `allow_loss_change: true`: a resume may train another loss than the checkpoint's record (`trl_ext.resume`).
+    distmatch_allow_loss_change: ClassVar[bool] = False
+    distmatch_framework = "axolotl"
     #: Axolotl >= 0.21: do not report exp(loss) as perplexity (0.19 has no switch: `log` drops the key).
     reports_token_perplexity = False
 
     @classmethod
-    def configured(cls, loss: str, options: Mapping[str, Any]) -> type[DistMatchTrainer]:
+    def configured(
+        cls, loss: str, options: Mapping[str, Any], allow_loss_change: bool = False
+    ) -> type[DistMatchTrainer]:
         """A subclass bound to `loss` and its options (all of `trl_ext.options.LOSS_OPTIONS`)."""
         return type(
             cls.__name__,
             (cls,),
-            {"__module__": cls.__module__, "distmatch_loss": loss, "distmatch_options": dict(options)},
+            {
+                "__module__": cls.__module__,
+                "distmatch_loss": loss,
+                "distmatch_options": dict(options),
+                "distmatch_allow_loss_change": allow_loss_change,
+            },
         )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -145,6 +157,27 @@ class DistMatchTrainer(DistMatchLossMixin, AxolotlTrainer, _DistMatchLossHead):
         self._distmatch_setup_pending = False
         assert self.distmatch_loss is not None
         self.setup_distmatch_loss(self.distmatch_loss, dict(self.distmatch_options))
+
+    # -- the loss asked for (trl_ext.loss_mixin: run record, resume) -------------------------------------------
+
+    def distmatch_settings(self) -> tuple[str | None, dict[str, Any]]:
+        options = dict(self.distmatch_options)
+        if self.distmatch_loss is not None:
+            try:  # validated again: the attributes may have been assigned after the config was validated
+                loss_params(self.distmatch_loss, options)
+            except ValueError as err:
+                raise DistMatchConfigError(str(err)) from None
+        return self.distmatch_loss, options
+
+    def use_distmatch_settings(self, loss: str, options: dict[str, Any]) -> None:
+        self.distmatch_loss, self.distmatch_options = loss, dict(options)  # this instance only
+
+    def distmatch_allows_loss_change(self) -> bool:
+        return self.distmatch_allow_loss_change
+
+    def apply_distmatch_settings(self, loss: str | None, options: dict[str, Any]) -> None:
+        if not self._distmatch_setup_pending:  # FSDP: set up on the first step, from the attributes
+            super().apply_distmatch_settings(loss, options)
 
     # -- num_items_in_batch -----------------------------------------------------------------------------------
 

@@ -36,6 +36,10 @@ LOSS_OPTION_NAMES = (
 )
 #: Any option starting with one of these also counts (future EMO options).
 LOSS_OPTION_PREFIXES = ("emo_",)
+#: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).
+RUN_OPTION_NAMES = ("allow_loss_change",)
+#: The file a distmatch run writes into every checkpoint and output folder (its loss and options; `trl_ext.resume`).
+RECORD_FILE = "distmatch.json"
 
 
 def switched_on(variable: str) -> bool:
@@ -168,3 +172,25 @@ class PatchAfterImport:
         """Leave ``sys.meta_path`` (called from the loader: never while an import iterates over it)."""
         if self in sys.meta_path:
             sys.meta_path.remove(self)
+
+
+def last_checkpoint(output_dir: object) -> str | None:
+    """The `checkpoint-N` folder with the largest N in `output_dir` (what `resume_from_checkpoint=True` and
+    Axolotl's `auto_resume_from_checkpoints` resume from), or None."""
+    try:
+        names = os.listdir(str(output_dir))
+    except OSError:
+        return None
+    steps = [
+        (int(name.split("-", 1)[1]), name)
+        for name in names
+        if name.startswith("checkpoint-")
+        and name.split("-", 1)[1].isdigit()
+        and os.path.isdir(os.path.join(str(output_dir), name))
+    ]
+    return os.path.join(str(output_dir), max(steps)[1]) if steps else None
+
+
+def has_record(checkpoint: object) -> bool:
+    """Whether `checkpoint` (a `resume_from_checkpoint` value) is a folder holding a distmatch run record."""
+    return isinstance(checkpoint, str) and os.path.isfile(os.path.join(checkpoint, RECORD_FILE))

@@ -11,7 +11,9 @@ interpreter start. Like the TRL hook it is cheap and inert: it imports only `os`
 (which registers the config's plugins, before validation; `axolotl train` uses the CLI module's) is wrapped:
 
 * a config without distmatch keys is passed through untouched;
-* a config with one (`loss`, `gem_beta`, `emo_...`, ...) gets `axolotl_distmatch.DistMatchPlugin` added to its
+* a config with one (`loss`, `gem_beta`, `emo_...`, `allow_loss_change`, ...), or one that resumes from a checkpoint
+  holding a distmatch run record (`resume_from_checkpoint`, `auto_resume_from_checkpoints`; the plugin continues
+  or checks the recorded loss), gets `axolotl_distmatch.DistMatchPlugin` added to its
   `plugins` when no entry names it, after checking that the plugin imports (an import failure stops the run with
   one line saying what failed); after Axolotl registered the plugins, the distmatch plugin must be among them.
 
@@ -27,9 +29,13 @@ from collections.abc import Mapping
 from distmatch_hooks._common import (
     LOSS_OPTION_NAMES,
     LOSS_OPTION_PREFIXES,
+    RECORD_FILE,
+    RUN_OPTION_NAMES,
     DistMatchConfigError,
     PatchAfterImport,
     debug,
+    has_record,
+    last_checkpoint,
     print_config_errors_as_one_line,
     switched_on,
 )
@@ -54,15 +60,28 @@ def enabled() -> bool:
 
 
 def distmatch_keys(cfg: Mapping) -> list[str]:
-    """The distmatch keys set in an Axolotl config (a raw dict or Axolotl's DictDefault)."""
+    """The distmatch keys set in an Axolotl config (a raw dict or Axolotl's DictDefault); without any, a resume from
+    a checkpoint with a distmatch run record (its loss is continued or checked by the plugin) counts as one."""
     keys = []
     for key in cfg:
         name = str(key)
         if cfg[key] is None:
             continue
-        if name == "loss" or name in OPTION_NAMES or name.startswith(OPTION_PREFIXES):
+        if name in ("loss", *RUN_OPTION_NAMES) or name in OPTION_NAMES or name.startswith(OPTION_PREFIXES):
             keys.append(name)
+    checkpoint = resume_checkpoint(cfg)
+    if not keys and has_record(checkpoint):
+        keys.append(f"resume_from_checkpoint ({checkpoint}/{RECORD_FILE})")
     return keys
+
+
+def resume_checkpoint(cfg: Mapping) -> object:
+    """`resume_from_checkpoint`, else with `auto_resume_from_checkpoints` the last `checkpoint-N` of `output_dir`
+    (what Axolotl resumes from), or None."""
+    checkpoint = cfg.get("resume_from_checkpoint")
+    if checkpoint is not None or not cfg.get("auto_resume_from_checkpoints"):
+        return checkpoint
+    return last_checkpoint(cfg.get("output_dir") or "./model-out")
 
 
 def names_our_plugin(entry: object) -> bool:

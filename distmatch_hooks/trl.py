@@ -11,15 +11,18 @@ It activates only when both hold:
    or TRL's SFT script as started by `accelerate launch` (`python .../trl/scripts/sft.py ...`, the process that
    trains);
 2. a distmatch option is used (or `-h` / `--help` is asked for, so that the help lists them): a flag `--loss`,
-   `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`, `--mixce_gamma`, `--eaft_alpha`, `--eaft_k`
-   (also spelled with dashes, or as `--flag=value`), or a top-level key of those names in the `--config` YAML.
+   `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`, `--mixce_gamma`, `--eaft_alpha`, `--eaft_k`,
+   `--allow_loss_change` (also spelled with dashes, or as `--flag=value`), or a top-level key of those names in the
+   `--config` YAML; or `--resume_from_checkpoint DIR` (flag or key) names a folder holding a distmatch run record
+   (`DIR/distmatch.json`), so that a resume without `--loss` continues with the recorded loss.
 
 Then it puts a `sys.meta_path` finder first that waits for the `trl` package to be imported and, right after,
 sets `trl.SFTConfig = trl_ext.config.DistMatchSFTConfig` and `trl.SFTTrainer = trl_ext.trainer.DistMatchSFTTrainer`
 (both imported at that moment). TRL's CLI builds its parser from `trl.SFTConfig` and its SFT script trains with
 `trl.SFTTrainer`, both looked up when used, so the distmatch options are parsed, validated and trained with.
 It also runs the checks that need several of TRL's parsed dataclasses right after TRL's parser
-(`trl_ext.cli.check_parsed`), and prints a refused setting as one `error: ...` line (no traceback). If distmatch
+(`trl_ext.cli.check_parsed`), and prints a refused setting as one `error: ...` line (no traceback; exit status 2
+when refused while parsing, 1 later). If distmatch
 cannot be imported then, the run stops with one line saying so: TRL never trains its own loss instead.
 
 `DISTMATCH_TRL_HOOK=0` (or false/no/off) disables it; `DISTMATCH_DEBUG=1` prints its decisions to stderr.
@@ -33,14 +36,20 @@ import sys
 from distmatch_hooks._common import (
     LOSS_OPTION_NAMES,
     LOSS_OPTION_PREFIXES,
+    RECORD_FILE,
+    RUN_OPTION_NAMES,
+    DistMatchConfigError,
     PatchAfterImport,
     debug,
+    has_record,
     print_config_errors_as_one_line,
+    stderr_line,
     switched_on,
 )
 
 #: Our `SFTConfig` fields.
-OPTION_NAMES = ("loss", *LOSS_OPTION_NAMES)
+OPTION_NAMES = ("loss", *RUN_OPTION_NAMES, *LOSS_OPTION_NAMES)
+RESUME_OPTION = "resume_from_checkpoint"
 OPTION_PREFIXES = LOSS_OPTION_PREFIXES
 
 ENV_SWITCH = "DISTMATCH_TRL_HOOK"
@@ -72,8 +81,9 @@ def sft_arguments(argv: list[str]) -> list[str] | None:
     return None
 
 
-def _config_keys(path: str) -> list[str]:
-    """Top-level keys of a YAML mapping (the keys TRL's `--config` turns into option defaults)."""
+def _config_mapping(path: str) -> dict[str, object]:
+    """The top-level keys of a YAML mapping (the keys TRL's `--config` turns into option defaults) and their values
+    (without PyYAML: the text after the colon, for block-style mappings)."""
     with open(path, encoding="utf-8") as stream:
         text = stream.read()
     try:
@@ -81,9 +91,33 @@ def _config_keys(path: str) -> list[str]:
     except ImportError:
         import re  # block-style mappings (what TRL configs are) without a YAML parser
 
-        return [m.group(2) for m in map(re.compile(_TOP_LEVEL_KEY).match, text.splitlines()) if m]
+        matches = [(m, line) for line in text.splitlines() if (m := re.compile(_TOP_LEVEL_KEY).match(line))]
+        return {m.group(2): line[m.end() :].strip().strip("'\"") for m, line in matches}
     config = yaml.safe_load(text)
-    return [str(key) for key in config] if isinstance(config, dict) else []
+    return {str(key): value for key, value in config.items()} if isinstance(config, dict) else {}
+
+
+def _config_keys(path: str) -> list[str]:
+    return list(_config_mapping(path))
+
+
+def resume_checkpoint(args: list[str]) -> object:
+    """The `--resume_from_checkpoint` value in `args` (a flag wins over the `--config` YAML key), or None."""
+    from_flag: object = None
+    from_config: object = None
+    flags = ("--" + RESUME_OPTION, "--" + RESUME_OPTION.replace("_", "-"))
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        name, equals, inline = arg.partition("=")
+        if arg == "--config" and i + 1 < len(args):
+            try:
+                from_config = _config_mapping(args[i + 1]).get(RESUME_OPTION)
+            except Exception as err:  # TRL reports an unreadable config itself
+                _debug(f"could not read --config {args[i + 1]!r}: {err!r}")
+        elif name in flags:
+            from_flag = inline if equals else (args[i + 1] if i + 1 < len(args) else None)
+    return from_flag if from_flag is not None else from_config
 
 
 def distmatch_options(args: list[str]) -> list[str]:
@@ -114,6 +148,11 @@ def should_activate(argv: list[str]) -> list[str]:
     if args is None:
         return []
     found = distmatch_options(args)
+    checkpoint = resume_checkpoint(args)
+    if has_record(
+        checkpoint
+    ):  # resuming a distmatch run: its loss is checked (or continued) even without --loss
+        found.append(f"--{RESUME_OPTION} (a distmatch checkpoint: {checkpoint}/{RECORD_FILE})")
     if not found and any(
         arg in ("-h", "--help") for arg in args[: args.index("--") if "--" in args else None]
     ):
@@ -136,8 +175,9 @@ def patch_trl() -> None:
 
 
 def _check_after_parsing(parser_class: type) -> None:
-    """Run `trl_ext.cli.check_parsed` on what TRL's parser returns (checks across its dataclasses, e.g. EMO's
-    cost-embedding vocabulary against the model's), in the `trl sft` process, before anything is launched."""
+    """Run `trl_ext.cli.check_parsed` on what TRL's parser returns (checks across its dataclasses: a resume's
+    recorded loss, EMO's cost-embedding vocabulary against the model's), in the `trl sft` process, before anything is
+    launched. A refused setting ends the process as a command-line error: one `error: ...` line, exit status 2."""
     original = parser_class.parse_args_and_config
     if getattr(original, "_distmatch_wrapped", False):
         return
@@ -147,8 +187,12 @@ def _check_after_parsing(parser_class: type) -> None:
 
     @functools.wraps(original)
     def parse_args_and_config(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        result = original(self, *args, **kwargs)
-        check_parsed(result if isinstance(result, (tuple, list)) else [result])
+        try:
+            result = original(self, *args, **kwargs)
+            check_parsed(result if isinstance(result, (tuple, list)) else [result])
+        except DistMatchConfigError as err:
+            stderr_line(f"error: {err}")
+            raise SystemExit(2) from None
         return result
 
     parse_args_and_config._distmatch_wrapped = True  # type: ignore[attr-defined]

@@ -55,25 +55,45 @@ def sft_worker(argv: Sequence[str] | None = None) -> None:
 
 
 def check_parsed(parsed: Sequence[Any]) -> None:
-    """Checks that need TRL's parsed dataclasses, before anything is launched: no other run is writing the output
-    folder (`output_lock`), and a cost-embedding model (EMO) must have the vocabulary of the model being trained
-    (both read from `config.json`, no weights)."""
+    """Checks that need TRL's parsed dataclasses, run right after parsing (before anything is launched or loaded):
+
+    * no other run is writing the output folder (`trl_ext.output_lock`; only in the launcher or a single process);
+    * resuming (`--resume_from_checkpoint DIR`) from a checkpoint whose run record (`DIR/distmatch.json`) names
+      another loss or other options than asked for is refused (`trl_ext.resume`); without `--loss` the recorded loss
+      is what the trainer will take, and what is checked below;
+    * a cost-embedding model (EMO) must have the vocabulary of the model being trained (both read from
+      `config.json`, no weights).
+    """
     training = next((p for p in parsed if hasattr(p, "distmatch_loss")), None)
     model = next((p for p in parsed if hasattr(p, "model_name_or_path")), None)
-    if training is None or model is None or training.distmatch_loss is None:
+    if training is None:
+        return
+    from .options import DISTMATCH_LOSSES, cost_embedding_option
+    from .resume import checkpoint_folder, resolve_resume
+
+    loss, options = training.distmatch_loss, training.loss_options()
+    resume = resolve_resume(
+        checkpoint_folder(training.resume_from_checkpoint, training.output_dir),
+        training.loss,
+        options,
+        allow_change=bool(training.allow_loss_change),
+    )
+    if resume is not None:
+        loss, options = resume.loss, resume.options
+    if loss not in DISTMATCH_LOSSES:
         return
     if "RANK" not in os.environ:  # the launcher (or a single process): ranks would see rank 0's own lock
         from .output_lock import check_output_dir_free
 
         check_output_dir_free(training.output_dir)
-    from .options import cost_embedding_option
-
-    source = cost_embedding_option(training.distmatch_loss)
+    if model is None:
+        return
+    source = cost_embedding_option(loss)
     if source is None:
         return
     from .emo_cost import check_cost_embedding_source, model_vocab_size
 
-    check_cost_embedding_source(training.loss_options()[source], model_vocab_size(model.model_name_or_path))
+    check_cost_embedding_source(options[source], model_vocab_size(model.model_name_or_path))
 
 
 def _remove_in_order(items: Sequence[str], removed: Sequence[str]) -> list[str]:

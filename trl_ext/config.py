@@ -69,8 +69,32 @@ class _DistMatchSFTConfig(SFTConfig):
         },
     )
 
+    allow_loss_change: bool = field(
+        default=False,
+        metadata={
+            "help": "Resuming from a checkpoint whose `distmatch.json` records another loss or other loss options: "
+            "train with this run's `loss` and options anyway. Without it such a resume is refused; a resume "
+            "without `loss` continues with the recorded loss and options."
+        },
+    )
+
     def __post_init__(self) -> None:
         # Our checks first: they are about the user's distmatch settings and must not be masked by TRL's own.
+        self._check_distmatch()
+        given = self.loss_type
+        super().__post_init__()
+        self._set_loss_type()
+        # A `loss_type` set here, by TRL (TRL 1.9 - 1.14 turn an unset one into "chunked_nll") or from `loss`, is not
+        # the user's choice: checked again later (`validate_distmatch`), it must not count as an explicit one.
+        self._derived_loss_type = None if self.loss_type == given and self.loss is None else self.loss_type
+
+    def validate_distmatch(self) -> None:
+        """Validate `loss` and the loss options again (raises `DistMatchConfigError`) and point TRL's `loss_type` at
+        the loss: the trainer calls it, so values assigned after construction are checked like constructed ones."""
+        self._check_distmatch()
+        self._set_loss_type()
+
+    def _check_distmatch(self) -> None:
         check_option_usage(self.loss, self.set_loss_options(), LOSS_OPTIONS, DISTMATCH_LOSSES)
         if (
             self.loss is not None and self.loss not in LOSS_CHOICES
@@ -78,7 +102,9 @@ class _DistMatchSFTConfig(SFTConfig):
             raise DistMatchConfigError(
                 f"loss={self.loss!r} is not a known loss. Valid values: {', '.join(LOSS_CHOICES)}."
             )
-        check_loss_type(self.loss, self.loss_type, _default_loss_type())
+        derived = getattr(self, "_derived_loss_type", None)
+        loss_type = None if derived is not None and self.loss_type == derived else self.loss_type
+        check_loss_type(self.loss, loss_type, _default_loss_type())
         if self.loss in DISTMATCH_LOSSES:
             raise_conflicts(self.loss, framework_conflicts(vars(self)))
             # Validate the hyper-parameters (and a cost-embedding model's config) now, not at the first step.
@@ -91,7 +117,8 @@ class _DistMatchSFTConfig(SFTConfig):
                 raise
             except ValueError as err:
                 raise DistMatchConfigError(str(err)) from None
-        super().__post_init__()
+
+    def _set_loss_type(self) -> None:
         if self.loss is None:
             return
         if self.loss not in DISTMATCH_LOSSES:
@@ -100,6 +127,14 @@ class _DistMatchSFTConfig(SFTConfig):
         # TRL computes no loss of its own: plain "nll" keeps TRL < 1.15 from patching its chunked-NLL head (which
         # also rejects PEFT on lm_head).
         self.loss_type = "nll"
+
+    def use_loss(self, loss: str, options: dict[str, object]) -> None:
+        """Train `loss` with `options` (every option; those `loss` does not use are unset), validated."""
+        self.loss = loss
+        used = {o.name for o in LOSS_OPTIONS if loss in o.losses}
+        for option in LOSS_OPTIONS:
+            setattr(self, option.name, options.get(option.name) if option.name in used else None)
+        self.validate_distmatch()
 
     def set_loss_options(self) -> dict[str, object]:
         """The loss options the user set (not None)."""

@@ -20,7 +20,8 @@ import torch
 from .emo_cost import model_vocab_size
 from .losses import LOSSES
 from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
-from .options import cost_embedding_option, loss_params
+from .options import DISTMATCH_LOSSES, cost_embedding_option, loss_params, options_of
+from .resume import Resume, checkpoint_folder, resolve_resume, write_record
 from .teardown import release_process_groups_at_exit
 
 logger = logging.getLogger(__name__)
@@ -100,15 +101,30 @@ def vocab_size(model: Any) -> int | None:
     return weight.ds_shape[0] if hasattr(weight, "ds_shape") else weight.shape[0]
 
 
+def _active(loss: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`loss` and the options it uses: two settings train the same objective when these are equal."""
+    return loss, {o.name: options.get(o.name, o.default) for o in options_of(loss)}
+
+
 class DistMatchLossMixin:
     """Framework-neutral part of a trainer that trains with a distmatch loss (used by TRL and Axolotl trainers).
 
     The host class is a `transformers.Trainer`; it calls `setup_distmatch_loss` after its own `__init__` and
     routes `compute_loss` to `distmatch_compute_loss` when `distmatch_request` is set, and implements
-    `record_metric` to store a logged value the way its framework logs metrics.
+    `record_metric` to store a logged value the way its framework logs metrics, `distmatch_settings` /
+    `use_distmatch_settings` (the loss and options it is asked for, validated; switching them) and
+    `distmatch_allows_loss_change`.
+
+    Saving writes the run record (`trl_ext.resume`) next to the weights; `train(resume_from_checkpoint=...)` checks
+    the checkpoint's record first (continuing with its loss when none is asked for, refusing another one unless
+    allowed) and sets the loss up again if the settings were changed after the trainer was built.
     """
 
     distmatch_request: LossRequest | None = None
+    #: The framework named in the run record.
+    distmatch_framework = "trl"
+    #: (loss, the options it uses) that `distmatch_request` was set up with; None while nothing is set up.
+    _distmatch_active: tuple[str, dict[str, Any]] | None = None
 
     def setup_distmatch_loss(self, loss: str, options: dict[str, Any]) -> None:
         """Patch the (PEFT-unwrapped) model's forward and resolve EMO's cost embedding, once, on every rank."""
@@ -125,6 +141,78 @@ class DistMatchLossMixin:
         self.distmatch_request = LossRequest(
             name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
         )
+        self._distmatch_active = _active(loss, options)
+
+    # -- the loss a run is asked for, the run record, resuming -------------------------------------------------
+
+    def distmatch_settings(self) -> tuple[str | None, dict[str, Any]]:
+        """The loss this trainer is asked to train (a distmatch loss, the framework's own loss type, or None) and
+        every loss option (defaults filled in), validated again (they may have been assigned after construction)."""
+        raise NotImplementedError
+
+    def use_distmatch_settings(self, loss: str, options: dict[str, Any]) -> None:
+        """Ask this trainer for `loss` with `options` from now on (a resume without a loss: the record's)."""
+        raise NotImplementedError
+
+    def distmatch_allows_loss_change(self) -> bool:
+        """Whether a resume may train another loss or other options than the checkpoint's record."""
+        return False
+
+    def apply_distmatch_settings(self, loss: str | None, options: dict[str, Any]) -> None:
+        """Make `distmatch_request` train `loss` (None: the framework's own loss) with `options`."""
+        if loss is None:
+            self.distmatch_request, self._distmatch_active = None, None
+            return
+        self.setup_distmatch_loss(loss, options)
+
+    def resume_distmatch(self, checkpoint: str | None) -> Resume | None:
+        """Check `checkpoint`'s run record against the loss asked for: adopt the recorded loss when none is asked
+        for, refuse another one (`DistMatchConfigError`) unless allowed; one log line when the loss is adopted or
+        changed."""
+        loss, options = self.distmatch_settings()
+        resume = resolve_resume(checkpoint, loss, options, allow_change=self.distmatch_allows_loss_change())
+        if resume is None:
+            return None
+        if resume.action == "adopt":
+            self.use_distmatch_settings(resume.loss, resume.options)
+        message = resume.message()
+        if message is not None and getattr(self.args, "process_index", 0) == 0:
+            logger.warning(message)
+        return resume
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """`Trainer.train` after checking the loss: settings assigned since construction are validated and set up,
+        and a checkpoint's run record is compared with them (see `resume_distmatch`)."""
+        self.resume_distmatch(checkpoint_folder(resume_from_checkpoint, self.args.output_dir))
+        loss, options = self.distmatch_settings()
+        loss = loss if loss in DISTMATCH_LOSSES else None
+        if (None if loss is None else _active(loss, options)) != self._distmatch_active:
+            self.apply_distmatch_settings(loss, options)
+        result = super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
+        # The output folder too (Axolotl saves the final model with `save_pretrained`, not through `save_model`).
+        self.write_distmatch_record(self.args.output_dir)
+        return result
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """The framework's save (a checkpoint's or the final model), then the run record next to the weights."""
+        super().save_model(output_dir, _internal_call)  # type: ignore[misc]
+        self.write_distmatch_record(self.args.output_dir if output_dir is None else output_dir)
+
+    def write_distmatch_record(self, folder: str) -> None:
+        """`folder/distmatch.json` (main process): the distmatch loss and options this trainer trains, if any."""
+        loss, options = self.distmatch_settings()
+        if loss in DISTMATCH_LOSSES and self.args.should_save:
+            os.makedirs(folder, exist_ok=True)
+            write_record(folder, loss, options, self.distmatch_framework)
+
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        """The framework's model card, tagged with the objective (`distmatch`, `distmatch-loss-emo`)."""
+        loss, _ = self.distmatch_settings()
+        if loss in DISTMATCH_LOSSES and len(args) < 3:  # `tags` is the third parameter (TRL and transformers)
+            tags = kwargs.get("tags")
+            tags = [] if tags is None else [tags] if isinstance(tags, str) else list(tags)
+            kwargs["tags"] = [*tags, "distmatch", f"distmatch-loss-{loss}"]
+        super().create_model_card(*args, **kwargs)  # type: ignore[misc]
 
     def record_metric(self, mode: str, key: str, value: float) -> None:
         raise NotImplementedError

@@ -9,18 +9,23 @@ TRL's contract (sum / `num_items_in_batch`, or the local token count; x processe
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from typing import Any
 
 import torch
 from trl import SFTTrainer
 
+from .checks import DistMatchConfigError
 from .config import DistMatchSFTConfig
 from .emo_cost import check_cost_embedding_source
 from .loss_mixin import DistMatchLossMixin, unwrap_peft, vocab_size
 from .options import cost_embedding_option
 from .output_lock import lock_output_dir
+from .resume import checkpoint_folder, resolve_resume
 from .teardown import release_process_groups_at_exit
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DistMatchLossMixin", "DistMatchSFTTrainer"]
 
@@ -46,6 +51,19 @@ def _allow_peft_lm_head(enabled: bool):
         sft_module.BaseTunerLayer = saved
 
 
+def _adopt_recorded_loss(args: DistMatchSFTConfig) -> None:
+    """`args.resume_from_checkpoint` (what TRL's SFT script resumes from) names a checkpoint with a run record: with
+    no `loss`, take the recorded one now, before TRL sets the trainer up (one log line); another loss is refused."""
+    checkpoint = checkpoint_folder(args.resume_from_checkpoint, args.output_dir)
+    resume = resolve_resume(
+        checkpoint, args.loss, args.loss_options(), allow_change=bool(args.allow_loss_change)
+    )
+    if resume is not None and resume.action == "adopt":
+        args.use_loss(resume.loss, resume.options)
+        if args.process_index == 0:
+            logger.warning(resume.message())
+
+
 class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
     """`SFTTrainer` whose objective is `args.loss` (see `DistMatchSFTConfig`)."""
 
@@ -55,14 +73,16 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = DistMatchSFTConfig(f"{name.split('/')[-1]}-SFT")
+        if hasattr(args, "validate_distmatch"):  # a loss or option assigned after construction is checked too
+            args.validate_distmatch()
+            _adopt_recorded_loss(args)
         loss = getattr(args, "distmatch_loss", None)
         source = None if loss is None else cost_embedding_option(loss)
         if source is not None:  # before TRL tokenises the dataset: another model's vocabulary is refused now
             check_cost_embedding_source(args.loss_options()[source], vocab_size(model))
-        if (
-            loss is not None and int(os.environ.get("RANK", "0")) == 0
-        ):  # before the model loads (`model` a path)
-            lock_output_dir(args.output_dir)  # one run per output folder: a second one is refused in one line
+        # One run per output folder (a second one is refused in one line), before the model loads (`model` a path).
+        if loss is not None and int(os.environ.get("RANK", "0")) == 0:
+            lock_output_dir(args.output_dir)
         with _allow_peft_lm_head(loss is not None):
             super().__init__(model, args, *pargs, **kwargs)
         release_process_groups_at_exit()  # multi-process runs: no communication thread outlives the interpreter
@@ -90,6 +110,38 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
 
     def record_metric(self, mode: str, key: str, value: float) -> None:
         self._metrics[mode][key].append(value)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """`Trainer.train`; without `resume_from_checkpoint` (None), `args.resume_from_checkpoint` is the checkpoint:
+        the one whose recorded loss the constructor took, and the one `--resume_from_checkpoint` names (TRL's SFT
+        script passes it from TRL 1.14 on; TRL 1.9's calls `train()` without it and trained from scratch). `False`
+        starts from scratch."""
+        if resume_from_checkpoint is None:
+            resume_from_checkpoint = getattr(self.args, "resume_from_checkpoint", None)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def distmatch_settings(self) -> tuple[str | None, dict[str, Any]]:
+        args = self.args
+        if not hasattr(args, "validate_distmatch"):  # TRL's own SFTConfig: TRL's loss
+            return None, {}
+        args.validate_distmatch()
+        return args.loss, args.loss_options()
+
+    def use_distmatch_settings(self, loss: str, options: dict[str, Any]) -> None:
+        if not hasattr(self.args, "use_loss"):
+            raise DistMatchConfigError(
+                f"the checkpoint was trained with loss={loss!r} but `args` is a {type(self.args).__name__}, which "
+                "has no `loss`: pass a trl_ext.config.DistMatchSFTConfig (with `loss` set or unset)."
+            )
+        self.args.use_loss(loss, options)
+
+    def distmatch_allows_loss_change(self) -> bool:
+        return bool(getattr(self.args, "allow_loss_change", False))
+
+    def apply_distmatch_settings(self, loss: str | None, options: dict[str, Any]) -> None:
+        if loss is not None:
+            self._reject_incompatible(loss)
+        super().apply_distmatch_settings(loss, options)
 
     def compute_loss(
         self,

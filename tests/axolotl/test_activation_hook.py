@@ -48,6 +48,26 @@ def test_hook_adds_the_plugin_only_for_distmatch_keys() -> None:
     assert listed["plugins"] == ["axolotl_distmatch:DistMatchPlugin"]  # already there, other spelling
 
 
+def test_hook_adds_the_plugin_for_a_resume_from_a_distmatch_checkpoint(tmp_path) -> None:
+    """No distmatch key, but the checkpoint resumed from holds a run record: the plugin must come, to continue (or
+    check) the recorded loss (tests/axolotl/test_resume.py runs it); a checkpoint without the record changes nothing."""
+    import distmatch_hooks.axolotl as hook
+
+    out = tmp_path / "out"
+    for step in (2, 10):
+        (out / f"checkpoint-{step}").mkdir(parents=True)
+    (out / "checkpoint-10" / "distmatch.json").write_text("{}")
+    recorded = str(out / "checkpoint-10")
+    reason = f"resume_from_checkpoint ({recorded}/distmatch.json)"
+    explicit = {"base_model": "m", "resume_from_checkpoint": recorded}
+    assert hook.add_plugin(explicit) == [reason] and explicit["plugins"] == [PLUGIN]
+    auto = {"base_model": "m", "output_dir": str(out), "auto_resume_from_checkpoints": True}
+    assert hook.add_plugin(auto) == [reason]  # the last checkpoint, as Axolotl picks it
+    plain = {"base_model": "m", "resume_from_checkpoint": str(out / "checkpoint-2")}
+    assert hook.add_plugin(plain) == [] and "plugins" not in plain
+    assert hook.add_plugin({"allow_loss_change": True}) == ["allow_loss_change"]
+
+
 @pytest.fixture(scope="module")
 def project_venv(tmp_path_factory):
     from tests.helpers.project_venv import make_project_like_venv

@@ -116,17 +116,19 @@ def test_options_come_from_the_specs():
 def test_axolotl_args_are_built_from_the_specs():
     pytest.importorskip("pydantic")
     from axolotl_distmatch.args import DistMatchArgs
+    from distmatch_hooks._common import RUN_OPTION_NAMES
 
     fields = DistMatchArgs.model_fields
-    assert set(fields) == {"loss", *OPTIONS}
+    assert set(fields) == {"loss", *RUN_OPTION_NAMES, *OPTIONS}  # `allow_loss_change`: trl_ext/resume.py
     for option in LOSS_OPTIONS:
         assert fields[option.name].json_schema_extra["description"].startswith(option.help)
 
 
 def test_hook_names_every_option():
     import distmatch_hooks.trl as hook
+    from distmatch_hooks._common import RUN_OPTION_NAMES
 
-    assert set(hook.OPTION_NAMES) == {"loss", *OPTIONS}
+    assert set(hook.OPTION_NAMES) == {"loss", *RUN_OPTION_NAMES, *OPTIONS}
 
 
 def _readme_block(name: str) -> str:

@@ -37,9 +37,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 def test_trl_config_fields_are_built_from_the_specs():
     import dataclasses
 
+    from distmatch_hooks._common import RUN_OPTION_NAMES
     from trl_ext.options import LOSS_OPTIONS
 
     fields = {f.name: f for f in dataclasses.fields(DistMatchSFTConfig)}
+    assert set(RUN_OPTION_NAMES) <= set(fields)  # `allow_loss_change`: the same name as the Axolotl key
     for option in LOSS_OPTIONS:
         f = fields[option.name]
         assert f.metadata["help"].startswith(option.help)

@@ -94,6 +94,32 @@ def test_hook_config_keys(tmp_path, monkeypatch, with_yaml):
     assert hook.should_activate(["/v/bin/trl", "sft", "--config"]) == []
 
 
+@pytest.mark.parametrize("with_yaml", [True, False])
+def test_hook_activates_for_a_resume_from_a_distmatch_checkpoint(tmp_path, monkeypatch, with_yaml):
+    """Resuming a checkpoint with a run record (`distmatch.json`) without `--loss`: the hook must act, so that the
+    recorded loss is continued (or another one refused); a checkpoint without the record changes nothing."""
+    if not with_yaml:
+        monkeypatch.setitem(sys.modules, "yaml", None)
+    recorded, plain = tmp_path / "checkpoint-1", tmp_path / "checkpoint-2"
+    recorded.mkdir()
+    plain.mkdir()
+    (recorded / "distmatch.json").write_text("{}")
+    reason = f"--resume_from_checkpoint (a distmatch checkpoint: {recorded}/distmatch.json)"
+
+    def decide(*args: str) -> list[str]:
+        return hook.should_activate(["/v/bin/trl", "sft", *args])
+
+    assert decide("--resume_from_checkpoint", str(recorded)) == [reason]
+    assert decide(f"--resume-from-checkpoint={recorded}") == [reason]
+    assert decide("--resume_from_checkpoint", str(plain)) == []
+    assert decide("--loss", "emo", "--resume_from_checkpoint", str(recorded)) == ["--loss", reason]
+    config = tmp_path / "c.yaml"
+    config.write_text(f"resume_from_checkpoint: '{recorded}'\n")
+    assert decide("--config", str(config)) == [reason]
+    assert decide("--config", str(config), "--resume_from_checkpoint", str(plain)) == []  # the flag wins
+    assert decide("--allow_loss_change") == ["--allow_loss_change"]
+
+
 @pytest.mark.parametrize(
     ("value", "enabled"), [(None, True), ("1", True), ("0", False), ("off", False), ("False", False)]
 )
@@ -111,12 +137,13 @@ def test_hook_knows_every_distmatch_option():
 
     from trl import SFTConfig
 
+    from distmatch_hooks._common import RUN_OPTION_NAMES
     from trl_ext.config import DistMatchSFTConfig
     from trl_ext.options import LOSS_OPTIONS
 
     ours = {f.name for f in dataclasses.fields(DistMatchSFTConfig)} - {
         f.name for f in dataclasses.fields(SFTConfig)
     }
-    assert ours == {"loss", *(o.name for o in LOSS_OPTIONS)}
+    assert ours == {"loss", *RUN_OPTION_NAMES, *(o.name for o in LOSS_OPTIONS)}
     assert all(hook._is_our_key(name) for name in ours)
     assert not any(hook._is_our_key(f.name) for f in dataclasses.fields(SFTConfig))
