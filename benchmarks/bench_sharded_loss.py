@@ -191,7 +191,9 @@ def run_worker(case: dict) -> dict | None:
     dist.barrier()
     if engine is not None:
         engine.destroy()
-    dist.destroy_process_group()
+    from trl_ext.teardown import release_process_groups_at_exit
+
+    release_process_groups_at_exit()  # the groups and their threads end at exit, as in the trainers
     if rank != 0:
         return None
     return {**case, "ranks": everyone, "torch": torch.__version__}
