@@ -157,3 +157,30 @@ def write_eval_data(root: Path) -> Path:
     write_jsonl(root / "mmlu" / "test.jsonl", _mmlu_rows("test", 3))
     write_jsonl(root / "ifeval" / "train.jsonl", IFEVAL_ROWS)
     return root
+
+
+def write_lm_eval_results(path: Path, accs: dict[str, float]) -> Path:
+    """A results file with the structure lm-eval 0.4.13 writes (keys 'metric,filter', stderr, sample_len)."""
+    results = {
+        task: {
+            "name": task,
+            "alias": task,
+            "sample_len": 10,
+            "acc,none": acc,
+            "acc_stderr,none": 0.05,
+            "acc_norm,none": acc / 2,
+            "acc_norm_stderr,none": 0.05,
+        }
+        for task, acc in accs.items()
+    }
+    data = {
+        "results": results,
+        "group_subtasks": {t: [] for t in accs},
+        "configs": {t: {"task": t} for t in accs},
+        "versions": dict.fromkeys(accs, 1.0),
+        "n-shot": dict.fromkeys(accs, 0),
+        "config": {"model": "hf", "model_args": "pretrained=x"},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
