@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from eval_tasks import cli
+from tests.helpers.eval_fixtures import write_lm_eval_results
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROMPTS = [
@@ -62,33 +63,6 @@ def _generate(model: Path, prompts: Path, out: Path, *extra: str) -> int:
         "12",
         *extra,
     )
-
-
-def _lm_eval_results(path: Path, accs: dict[str, float]) -> Path:
-    """A results file with the structure lm-eval 0.4.13 writes (keys 'metric,filter', stderr, sample_len)."""
-    results = {
-        task: {
-            "name": task,
-            "alias": task,
-            "sample_len": 10,
-            "acc,none": acc,
-            "acc_stderr,none": 0.05,
-            "acc_norm,none": acc / 2,
-            "acc_norm_stderr,none": 0.05,
-        }
-        for task, acc in accs.items()
-    }
-    data = {
-        "results": results,
-        "group_subtasks": {t: [] for t in accs},
-        "configs": {t: {"task": t} for t in accs},
-        "versions": dict.fromkeys(accs, 1.0),
-        "n-shot": dict.fromkeys(accs, 0),
-        "config": {"model": "hf", "model_args": "pretrained=x"},
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
-    return path
 
 
 def _trainer_state(path: Path, base: float) -> Path:
@@ -155,7 +129,7 @@ def test_end_to_end_generate_diversity_nexttoken_report(models, prompts_file, tm
             "nexttoken", "--model", model, "--data", data_file, "-o", out / "nexttoken.json",
             "--benchmark", "ultrafeedback_test", "--top-k", "5", "--no-progress",
         ) == 0  # fmt: skip
-        _lm_eval_results(
+        write_lm_eval_results(
             out / "lm_eval" / "results_2026.json", {"distmatch_sst2": 0.5, "distmatch_trec": 0.25}
         )
         _trainer_state(out / "train", 3.0 if name == "ce" else 3.4)
@@ -394,7 +368,7 @@ def test_report_bad_input(tmp_path, capsys, monkeypatch) -> None:
     assert run_cli("report", "--run", f"x={empty}", "-o", tmp_path / "r") == 2
     assert "no results found" in capsys.readouterr().err
     # a missing optional dependency (matplotlib) names the extra
-    results = _lm_eval_results(tmp_path / "res" / "results.json", {"distmatch_sst2": 0.5})
+    results = write_lm_eval_results(tmp_path / "res" / "results.json", {"distmatch_sst2": 0.5})
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
