@@ -21,8 +21,9 @@ from typing import Any
 
 from axolotl.integrations.base import BasePlugin
 
+from distmatch_hooks._common import axolotl_resume_checkpoint
 from trl_ext.options import LOSS_OPTIONS, options_of
-from trl_ext.resume import last_checkpoint, resolve_resume
+from trl_ext.resume import resolve_resume
 
 LOG = logging.getLogger(__name__)
 
@@ -35,21 +36,13 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def resume_checkpoint(cfg: Any) -> str | None:
-    """The checkpoint Axolotl will resume from: `resume_from_checkpoint`, else with `auto_resume_from_checkpoints` the
-    last `checkpoint-N` of `output_dir` (Axolotl's `determine_last_checkpoint`)."""
-    checkpoint = _get(cfg, "resume_from_checkpoint")
-    if checkpoint is None and _get(cfg, "auto_resume_from_checkpoints"):
-        checkpoint = last_checkpoint(_get(cfg, "output_dir", "./model-out"))
-    return None if checkpoint is None else str(checkpoint)
-
-
 def continue_recorded_loss(cfg: Any) -> None:
     """Raw config (before validation): a resume without `loss` gets the checkpoint's recorded loss and options;
     another loss or other options are refused (`DistMatchConfigError`) unless `allow_loss_change` is true."""
     written = {o.name: _get(cfg, o.name) for o in LOSS_OPTIONS if _get(cfg, o.name) is not None}
+    checkpoint = axolotl_resume_checkpoint(cfg)  # shared with the activation hook
     resume = resolve_resume(
-        resume_checkpoint(cfg),
+        None if checkpoint is None else str(checkpoint),
         _get(cfg, "loss"),
         written,
         allow_change=bool(_get(cfg, "allow_loss_change", False)),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 OFF_VALUES = ("0", "false", "no", "off")
 
@@ -194,3 +194,12 @@ def last_checkpoint(output_dir: object) -> str | None:
 def has_record(checkpoint: object) -> bool:
     """Whether `checkpoint` (a `resume_from_checkpoint` value) is a folder holding a distmatch run record."""
     return isinstance(checkpoint, str) and os.path.isfile(os.path.join(checkpoint, RECORD_FILE))
+
+
+def axolotl_resume_checkpoint(cfg: Mapping) -> object:
+    """`resume_from_checkpoint`, else with `auto_resume_from_checkpoints` the last `checkpoint-N` of `output_dir`
+    (what Axolotl resumes from), or None: an Axolotl config, raw or validated."""
+    checkpoint = cfg.get("resume_from_checkpoint")
+    if checkpoint is not None or not cfg.get("auto_resume_from_checkpoints"):
+        return checkpoint
+    return last_checkpoint(cfg.get("output_dir") or "./model-out")

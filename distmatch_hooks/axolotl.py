@@ -33,9 +33,9 @@ from distmatch_hooks._common import (
     RUN_OPTION_NAMES,
     DistMatchConfigError,
     PatchAfterImport,
+    axolotl_resume_checkpoint,
     debug,
     has_record,
-    last_checkpoint,
     print_config_errors_as_one_line,
     switched_on,
 )
@@ -69,19 +69,10 @@ def distmatch_keys(cfg: Mapping) -> list[str]:
             continue
         if name in ("loss", *RUN_OPTION_NAMES) or name in OPTION_NAMES or name.startswith(OPTION_PREFIXES):
             keys.append(name)
-    checkpoint = resume_checkpoint(cfg)
+    checkpoint = axolotl_resume_checkpoint(cfg)
     if not keys and has_record(checkpoint):
         keys.append(f"resume_from_checkpoint ({checkpoint}/{RECORD_FILE})")
     return keys
-
-
-def resume_checkpoint(cfg: Mapping) -> object:
-    """`resume_from_checkpoint`, else with `auto_resume_from_checkpoints` the last `checkpoint-N` of `output_dir`
-    (what Axolotl resumes from), or None."""
-    checkpoint = cfg.get("resume_from_checkpoint")
-    if checkpoint is not None or not cfg.get("auto_resume_from_checkpoints"):
-        return checkpoint
-    return last_checkpoint(cfg.get("output_dir") or "./model-out")
 
 
 def names_our_plugin(entry: object) -> bool:

@@ -24,6 +24,7 @@ import os
 import sys
 
 from distmatch_hooks._common import (
+    CONFIG_ERROR_STATUS,
     DistMatchConfigError,
     PatchAfterImport,
     debug,
@@ -128,10 +129,6 @@ def _model_arg_names(model_args: object) -> list[str] | None:
     return [] if model_args is None else None
 
 
-#: Exit status of ``lm_eval`` when the pre-flight check refuses a setting (a command-line usage error).
-CLI_EXIT_STATUS = 2
-
-
 def _called_by_cli(frame: object) -> bool:
     """Whether `frame` (the caller of ``simple_evaluate``) is lm-eval's command line (``lm_eval run``)."""
     name = str(getattr(frame, "f_globals", {}).get("__name__", ""))
@@ -164,7 +161,7 @@ def patch_simple_evaluate(module: object) -> bool:
                 if not _called_by_cli(sys._getframe(1)):
                     raise  # Python-API callers get the exception
                 stderr_line(f"error: {err}")
-                raise SystemExit(CLI_EXIT_STATUS) from None
+                raise SystemExit(CONFIG_ERROR_STATUS) from None
         return original(*args, **kwargs)
 
     simple_evaluate._distmatch_wrapped = True  # type: ignore[attr-defined]

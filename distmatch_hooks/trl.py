@@ -21,8 +21,8 @@ sets `trl.SFTConfig = trl_ext.config.DistMatchSFTConfig` and `trl.SFTTrainer = t
 (both imported at that moment). TRL's CLI builds its parser from `trl.SFTConfig` and its SFT script trains with
 `trl.SFTTrainer`, both looked up when used, so the distmatch options are parsed, validated and trained with.
 It also runs the checks that need several of TRL's parsed dataclasses right after TRL's parser
-(`trl_ext.cli.check_parsed`), and prints a refused setting as one `error: ...` line (no traceback; exit status 2
-when refused while parsing, 1 later). If distmatch
+(`trl_ext.cli.check_parsed`), and prints a refused setting as one `error: ...` line (no traceback, exit status
+2). If distmatch
 cannot be imported then, the run stops with one line saying so: TRL never trains its own loss instead.
 
 `DISTMATCH_TRL_HOOK=0` (or false/no/off) disables it; `DISTMATCH_DEBUG=1` prints its decisions to stderr.
@@ -34,6 +34,7 @@ from __future__ import annotations
 import sys
 
 from distmatch_hooks._common import (
+    CONFIG_ERROR_STATUS,
     LOSS_OPTION_NAMES,
     LOSS_OPTION_PREFIXES,
     RECORD_FILE,
@@ -192,7 +193,7 @@ def _check_after_parsing(parser_class: type) -> None:
             check_parsed(result if isinstance(result, (tuple, list)) else [result])
         except DistMatchConfigError as err:
             stderr_line(f"error: {err}")
-            raise SystemExit(2) from None
+            raise SystemExit(CONFIG_ERROR_STATUS) from None
         return result
 
     parse_args_and_config._distmatch_wrapped = True  # type: ignore[attr-defined]

@@ -28,6 +28,7 @@ from .options import (
     OPTION_DEFAULTS,
     cost_embedding_option,
     loss_params,
+    options_of,
 )
 
 # TRL 1.7 - 1.14 declare `loss_type: str | None = None` without `choices` (the values are only in the help text).
@@ -131,7 +132,7 @@ class _DistMatchSFTConfig(SFTConfig):
     def use_loss(self, loss: str, options: dict[str, object]) -> None:
         """Train `loss` with `options` (every option; those `loss` does not use are unset), validated."""
         self.loss = loss
-        used = {o.name for o in LOSS_OPTIONS if loss in o.losses}
+        used = {o.name for o in options_of(loss)}
         for option in LOSS_OPTIONS:
             setattr(self, option.name, options.get(option.name) if option.name in used else None)
         self.validate_distmatch()

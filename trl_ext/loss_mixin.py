@@ -20,8 +20,8 @@ import torch
 from .emo_cost import model_vocab_size
 from .losses import LOSSES
 from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
-from .options import DISTMATCH_LOSSES, cost_embedding_option, loss_params, options_of
-from .resume import Resume, checkpoint_folder, resolve_resume, write_record
+from .options import DISTMATCH_LOSSES, cost_embedding_option, loss_params
+from .resume import Resume, checkpoint_folder, resolve_resume, used_options, write_record
 from .teardown import release_process_groups_at_exit
 
 logger = logging.getLogger(__name__)
@@ -101,11 +101,6 @@ def vocab_size(model: Any) -> int | None:
     return weight.ds_shape[0] if hasattr(weight, "ds_shape") else weight.shape[0]
 
 
-def _active(loss: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """`loss` and the options it uses: two settings train the same objective when these are equal."""
-    return loss, {o.name: options.get(o.name, o.default) for o in options_of(loss)}
-
-
 class DistMatchLossMixin:
     """Framework-neutral part of a trainer that trains with a distmatch loss (used by TRL and Axolotl trainers).
 
@@ -141,7 +136,7 @@ class DistMatchLossMixin:
         self.distmatch_request = LossRequest(
             name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
         )
-        self._distmatch_active = _active(loss, options)
+        self._distmatch_active = (loss, used_options(loss, options))
 
     # -- the loss a run is asked for, the run record, resuming -------------------------------------------------
 
@@ -186,7 +181,7 @@ class DistMatchLossMixin:
         self.resume_distmatch(checkpoint_folder(resume_from_checkpoint, self.args.output_dir))
         loss, options = self.distmatch_settings()
         loss = loss if loss in DISTMATCH_LOSSES else None
-        if (None if loss is None else _active(loss, options)) != self._distmatch_active:
+        if (None if loss is None else (loss, used_options(loss, options))) != self._distmatch_active:
             self.apply_distmatch_settings(loss, options)
         result = super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
         # The output folder too (Axolotl saves the final model with `save_pretrained`, not through `save_model`).
@@ -233,10 +228,13 @@ class DistMatchLossMixin:
             if not full:
                 logger.error("distmatch: saving %s failed; the incomplete checkpoint was removed.", partial)
                 raise
-            complete = [c for c in run_dir.glob("checkpoint-*") if (c / "trainer_state.json").is_file()]
-            complete.sort(key=lambda c: int(c.name.rsplit("-", 1)[1]) if c.name[11:].isdigit() else -1)
+            complete = sorted(
+                (int(c.name[len("checkpoint-") :]), c)
+                for c in run_dir.glob("checkpoint-*")
+                if c.name[len("checkpoint-") :].isdigit() and (c / "trainer_state.json").is_file()
+            )
             newest = (
-                f"resume from {complete[-1]}" if complete else "no complete checkpoint was written before"
+                f"resume from {complete[-1][1]}" if complete else "no complete checkpoint was written before"
             )
             raise OSError(
                 errno.ENOSPC,

@@ -232,9 +232,8 @@ def compute_request(
         loss = fused(flat_hidden) if sharding is None else _call_inside_head(head, fused, flat_hidden)
         stats = holder["stats"]
     else:
-        if (
-            request.live_cost
-        ):  # the logits path: also a head with a LoRA adapter, whose W + BA is the live head
+        # The logits path: also a head with a LoRA adapter, whose W + BA is the live head.
+        if request.live_cost:
             weight = live_head_weight(head)
             if weight is head.weight and sharding is not None:
                 # A gathered FSDP2 parameter: the head's call below may free its storage (reshard after forward).

@@ -25,35 +25,10 @@ def _refusal(output_dir: str | os.PathLike[str]) -> DistMatchConfigError:
     )
 
 
-def check_output_dir_free(output_dir: str | os.PathLike[str] | None) -> None:
-    """Refuse now (a launcher, before starting the training processes) if another run holds the folder's lock."""
+def _try_lock(folder: Path) -> int | None:
+    """An open descriptor of `folder` holding its exclusive lock, or None when another process holds it."""
     import fcntl
 
-    if output_dir is None:
-        return
-    folder = Path(output_dir).expanduser().resolve()
-    if str(folder) in _HELD or not folder.is_dir():
-        return
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise
-        raise _refusal(output_dir) from None
-    finally:
-        os.close(fd)  # closing releases a lock taken here
-
-
-def lock_output_dir(output_dir: str | os.PathLike[str]) -> None:
-    """Take the folder's lock (creating the folder) or refuse in one line; idempotent within a process."""
-    import fcntl
-
-    folder = Path(output_dir).expanduser().resolve()
-    key = str(folder)
-    if key in _HELD:
-        return
-    folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -61,8 +36,33 @@ def lock_output_dir(output_dir: str | os.PathLike[str]) -> None:
         os.close(fd)
         if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise
-        raise _refusal(output_dir) from None
-    _HELD[key] = fd
+        return None
+    return fd
+
+
+def check_output_dir_free(output_dir: str | os.PathLike[str] | None) -> None:
+    """Refuse now (a launcher, before starting the training processes) if another run holds the folder's lock."""
+    if output_dir is None:
+        return
+    folder = Path(output_dir).expanduser().resolve()
+    if str(folder) in _HELD or not folder.is_dir():
+        return
+    fd = _try_lock(folder)
+    if fd is None:
+        raise _refusal(output_dir)
+    os.close(fd)  # closing releases the lock taken to look
+
+
+def lock_output_dir(output_dir: str | os.PathLike[str]) -> None:
+    """Take the folder's lock (creating the folder) or refuse in one line; idempotent within a process."""
+    folder = Path(output_dir).expanduser().resolve()
+    if str(folder) in _HELD:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = _try_lock(folder)
+    if fd is None:
+        raise _refusal(output_dir)
+    _HELD[str(folder)] = fd
 
 
 __all__ = ["check_output_dir_free", "lock_output_dir"]

@@ -38,6 +38,7 @@ __all__ = [
     "last_checkpoint",
     "read_record",
     "resolve_resume",
+    "used_options",
     "write_record",
 ]
 
@@ -57,7 +58,7 @@ class RunRecord:
 
     def used_options(self) -> dict[str, Any]:
         """The recorded options the recorded loss uses."""
-        return _used(self.loss, self.options)
+        return used_options(self.loss, self.options)
 
 
 def _plain(value: Any) -> Any:
@@ -65,7 +66,9 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def _used(loss: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
+def used_options(loss: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options `loss` uses (defaults filled in, as JSON gives them back): two settings train the same
+    objective when their loss and these are equal."""
     if loss not in DISTMATCH_LOSSES:
         return {}
     return {o.name: _plain(options.get(o.name, o.default)) for o in options_of(loss)}
@@ -125,7 +128,7 @@ def describe(loss: str | None, options: Mapping[str, Any]) -> str:
     """`loss=emo (emo_cost_embedding='frozen', ...)`: the loss and the options it uses."""
     if loss is None:
         return "no `loss`"
-    used = _used(loss, options)
+    used = used_options(loss, options)
     return f"loss={loss}" + (f" ({', '.join(f'{k}={v!r}' for k, v in used.items())})" if used else "")
 
 
@@ -179,7 +182,7 @@ def resolve_resume(
     if loss is None:
         return Resume("adopt", record, checkpoint, record.loss, {**OPTION_DEFAULTS, **record.options})
     full = {**OPTION_DEFAULTS, **options}
-    if loss == record.loss and _used(loss, full) == recorded:
+    if loss == record.loss and used_options(loss, full) == recorded:
         return Resume("same", record, checkpoint, loss, full)
     if allow_change:
         return Resume("change", record, checkpoint, loss, full)

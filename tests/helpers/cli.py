@@ -167,6 +167,27 @@ def assert_every_rank_ended_cleanly(
         )
 
 
+def tiny_sft_args(tiny: dict[str, Path], output_dir: Path, max_steps: int, *extra: str) -> list[str]:
+    """`trl sft` arguments for the tiny model and data (`tiny["model"]`, `tiny["data"]`): a log entry and a
+    checkpoint every step, CPU, seed 0; `extra` appended."""
+    return [
+        "--model_name_or_path", str(tiny["model"]),
+        "--dataset_name", str(tiny["data"]),
+        "--output_dir", str(output_dir),
+        "--max_steps", str(max_steps),
+        "--per_device_train_batch_size", "4",
+        "--max_length", "64",
+        "--logging_steps", "1",
+        "--save_strategy", "steps",
+        "--save_steps", "1",
+        "--report_to", "none",
+        "--use_cpu",
+        "--seed", "0",
+        "--disable_tqdm", "true",
+        *extra,
+    ]  # fmt: skip
+
+
 def tail(out: subprocess.CompletedProcess) -> str:
     return f"rc={out.returncode}\n--- stdout\n{out.stdout[-3000:]}\n--- stderr\n{out.stderr[-6000:]}"
 

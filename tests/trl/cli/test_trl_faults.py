@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import cli_env, run_cli, tail
+from tests.helpers.cli import cli_env, run_cli, tail, tiny_sft_args
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
 pytestmark = pytest.mark.slow
@@ -32,21 +32,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 
 
 def _args(tiny: dict[str, Path], out: Path, max_steps: int, *extra: str) -> list[str]:
-    return [
-        "--loss", "gem_ls",
-        "--model_name_or_path", str(tiny["model"]),
-        "--dataset_name", str(tiny["data"]),
-        "--output_dir", str(out),
-        "--max_steps", str(max_steps),
-        "--per_device_train_batch_size", "4",
-        "--max_length", "64",
-        "--save_steps", "1",
-        "--report_to", "none",
-        "--use_cpu",
-        "--seed", "0",
-        "--disable_tqdm", "true",
-        *extra,
-    ]  # fmt: skip
+    return ["--loss", "gem_ls", *tiny_sft_args(tiny, out, max_steps, *extra)]
 
 
 def _complete_checkpoints(out: Path) -> list[Path]:

@@ -16,30 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import WheelVenv, run_cli, tail
+from tests.helpers.cli import WheelVenv, run_cli, tail, tiny_sft_args
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
 pytestmark = pytest.mark.slow
 
 ADOPTED = "without a loss: training continues with the recorded loss=emo"
-
-
-def _args(tiny: dict[str, Path], output_dir: Path, steps: int) -> list[str]:
-    return [
-        "--model_name_or_path", str(tiny["model"]),
-        "--dataset_name", str(tiny["data"]),
-        "--output_dir", str(output_dir),
-        "--max_steps", str(steps),
-        "--per_device_train_batch_size", "4",
-        "--max_length", "64",
-        "--logging_steps", "1",
-        "--save_strategy", "steps",
-        "--save_steps", "1",
-        "--report_to", "none",
-        "--use_cpu",
-        "--seed", "0",
-        "--disable_tqdm", "true",
-    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +32,7 @@ def tiny(tmp_path_factory, wheel_venv: WheelVenv) -> dict[str, Path]:
     write_sft_jsonl(base / "data" / "train.jsonl", n=16)
     tiny = {"model": build_tiny_llama(base / "model"), "data": base / "data"}
     first = base / "first"
-    out = run_cli([wheel_venv.trl, "sft", "--loss", "emo", *_args(tiny, first, steps=1)], base)
+    out = run_cli([wheel_venv.trl, "sft", "--loss", "emo", *tiny_sft_args(tiny, first, 1)], base)
     assert out.returncode == 0, tail(out)
     return {**tiny, "checkpoint": first / "checkpoint-1", "first": first}
 
@@ -96,7 +78,7 @@ def test_resume_without_loss_continues_with_the_recorded_loss(wheel_venv, tiny, 
     """No `--loss`: `trl sft` alone would train TRL's cross-entropy; the hook sees the checkpoint's record."""
     program = wheel_venv.trl if command == "trl" else wheel_venv.distmatch_trl
     resume = ["--resume_from_checkpoint", str(tiny["checkpoint"])]
-    out = run_cli([program, "sft", *resume, *_args(tiny, tmp_path / "out", steps=2)], tmp_path)
+    out = run_cli([program, "sft", *resume, *tiny_sft_args(tiny, tmp_path / "out", 2)], tmp_path)
     assert out.returncode == 0, tail(out)
     said = [line for line in (out.stdout + out.stderr).splitlines() if ADOPTED in line]
     assert len(said) == 1 and str(tiny["checkpoint"] / "distmatch.json") in said[0], tail(out)
@@ -111,7 +93,7 @@ def test_resume_with_another_loss_is_refused(wheel_venv, tiny, tmp_path, command
     program = wheel_venv.trl if command == "trl" else wheel_venv.distmatch_trl
     resume = ["--resume_from_checkpoint", str(tiny["checkpoint"])]
     out = run_cli(
-        [program, "sft", "--loss", "gem_ls", *resume, *_args(tiny, tmp_path / "out", steps=2)], tmp_path
+        [program, "sft", "--loss", "gem_ls", *resume, *tiny_sft_args(tiny, tmp_path / "out", 2)], tmp_path
     )
     line = _one_line_error(out)
     assert "trained with loss=emo" in line and "asks for loss=gem_ls" in line, line
@@ -123,7 +105,7 @@ def test_resume_with_other_options_is_refused(wheel_venv, tiny, tmp_path):
     resume = ["--resume_from_checkpoint", str(tiny["checkpoint"])]
     flags = ["--loss", "emo", "--emo_weighting", "emo2", *resume]
     line = _one_line_error(
-        run_cli([wheel_venv.trl, "sft", *flags, *_args(tiny, tmp_path / "o", 2)], tmp_path)
+        run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(tiny, tmp_path / "o", 2)], tmp_path)
     )
     assert "emo_weighting='emo1'" in line and "emo_weighting='emo2'" in line, line
 
@@ -131,7 +113,7 @@ def test_resume_with_other_options_is_refused(wheel_venv, tiny, tmp_path):
 def test_resume_with_allow_loss_change_trains_the_new_loss(wheel_venv, tiny, tmp_path):
     resume = ["--resume_from_checkpoint", str(tiny["checkpoint"]), "--allow_loss_change"]
     out = run_cli(
-        [wheel_venv.trl, "sft", "--loss", "gem_ls", *resume, *_args(tiny, tmp_path / "out", steps=2)],
+        [wheel_venv.trl, "sft", "--loss", "gem_ls", *resume, *tiny_sft_args(tiny, tmp_path / "out", 2)],
         tmp_path,
     )
     assert out.returncode == 0, tail(out)
