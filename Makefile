@@ -91,7 +91,7 @@ help:
 	@echo "make lint|format  ruff check + format check + generated task configs check | ruff fix + format"
 	@echo "make configs      regenerate the NLU task configs from eval_tasks/nlu.py (tools/generate_task_configs.py)"
 	@echo "make test-core|test-axolotl|test-axolotl-latest|test-opencompass   one venv's tests"
-	@echo "make mutants      mutation check: every wrong change in tools/mutants.toml must fail its tests (slow)"
+	@echo "make mutants      mutation check: every wrong change in tools/mutants/*.toml must fail its tests (slow)"
 	@echo "make clean-venvs  delete the four venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
 	@echo "           PYTHON_LATEST=$(PYTHON_LATEST) TORCH_SPEC_LATEST=$(TORCH_SPEC_LATEST)"
@@ -246,7 +246,7 @@ test-axolotl-latest: $(AXO_LATEST_STAMP)
 test-opencompass: $(OC_STAMP)
 	$(call pytest_run,$(VENV_OC),opencompass_env)
 
-# Mutation check for developers (not part of `make test`): each wrong change listed in tools/mutants.toml is applied
+# Mutation check for developers (not part of `make test`): each wrong change listed in tools/mutants/*.toml is applied
 # to a scratch copy and the tests that must catch it run there; prints a table, fails unless all are caught.
 # MUTANTS_ARGS="--only ID ..." runs some of them.
 MUTANTS_ARGS ?=

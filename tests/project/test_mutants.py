@@ -1,4 +1,4 @@
-"""The mutation check's list (`tools/mutants.toml`, run by `make mutants`) still matches the code.
+"""The mutation check's list (`tools/mutants/*.toml`, run by `make mutants`) still matches the code.
 
 Fast and part of `make test`: every mutant's `old` string occurs exactly once in its file, its test paths exist and
 its venv is one of the project's, so a refactor that moves the code fails here instead of silently turning a mutant
