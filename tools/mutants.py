@@ -97,8 +97,9 @@ def load_mutants(path: Path = MUTANTS_DIR) -> list[Mutant]:
     return mutants
 
 
-def problems(mutants: list[Mutant], root: Path = REPO) -> list[str]:
+def problems(mutants: list[Mutant], root: Path | None = None) -> list[str]:
     """Why a mutant cannot be applied as listed (its file is gone, its `old` string is missing or ambiguous)."""
+    root = root or REPO
     found = []
     for m in mutants:
         target = root / m.file
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
 
-    mutants = load_mutants()
+    mutants = load_mutants(MUTANTS_DIR)
     if args.only:
         unknown = sorted(set(args.only) - {m.id for m in mutants})
         if unknown:

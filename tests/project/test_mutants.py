@@ -1,4 +1,5 @@
-"""The mutation check's list (`tools/mutants/*.toml`, run by `make mutants`) still matches the code.
+"""The mutation check's lists (`tools/mutants/*.toml`, run by `make mutants`) still match the code, and the runner
+tells caught from survived.
 
 Fast and part of `make test`: every mutant's `old` string occurs exactly once in its file, its test paths exist and
 its venv is one of the project's, so a refactor that moves the code fails here instead of silently turning a mutant
@@ -8,6 +9,7 @@ into a no-op.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -106,3 +108,68 @@ def test_setup_is_read_and_a_missing_setup_script_is_reported(tmp_path: Path) ->
     assert tool.problems([mutant], root=tmp_path) == []
     (listed_mutant,) = [m for m in tool.load_mutants() if m.id == "nlu_group_weighted_by_size"]
     assert listed_mutant.setup == ("tools/generate_task_configs.py",)
+
+
+def test_mutants_listed_per_package_read_from_the_folder() -> None:
+    tool = _tool()
+    files = sorted(p.name for p in tool.MUTANTS_DIR.glob("*.toml"))
+    mutants = tool.load_mutants()
+    assert len(files) >= 6 and len(mutants) == sum(
+        len(tool.load_mutants(tool.MUTANTS_DIR / f)) for f in files
+    )
+    packages = {m.file.split("/")[0] for m in mutants}
+    assert {"trl_ext", "axolotl_distmatch", "distmatch_hooks", "eval_tasks", "tools", "docs"} <= packages
+
+
+def test_only_exit_one_counts_as_caught() -> None:
+    tool = _tool()
+    assert tool.verdict(1) == "caught" and tool.verdict(0) == "SURVIVED"
+    for rc in (2, 3, 4, 5, 124):  # usage/internal error, setup failed, no tests collected, timeout
+        assert tool.verdict(rc).startswith("ERROR")
+
+
+def _mini_repo(root: Path) -> None:
+    """A git repository with one module, its test, and two mutants: one its test catches, one it cannot see."""
+    (root / "tests").mkdir(parents=True)
+    (root / "calc.py").write_text("def add(a, b):\n    return a + b\n\n\ndef unused():\n    return 1\n")
+    (root / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
+    (root / "tools" / "mutants").mkdir(parents=True)
+    entry = 'area = "a"\nwhat = "w"\nfile = "calc.py"\nvenv = ".venv"\ntests = ["tests/test_calc.py"]\n'
+    (root / "tools" / "mutants" / "calc.toml").write_text(
+        f'[[mutant]]\nid = "add_subtracts"\nold = "a + b"\nnew = "a - b"\n{entry}'
+        f'[[mutant]]\nid = "unused_changed"\nold = "return 1"\nnew = "return 2"\n{entry}'
+    )
+    (root / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    (root / ".gitignore").write_text(".venv\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "mini"]):
+        subprocess.run([*git, *args], cwd=root, check=True)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_parallel_run_reports_caught_and_survived_and_leaves_the_tree_alone(
+    jobs: int, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner itself, on a two-module repository: both mutants run side by side in their own copies, the caught
+    one and the survivor are told apart (with one job, the second runs in the copy the first used), the exit status is 1 (not all caught), the working tree is untouched, and
+    `--since` selects by changed file."""
+    tool = _tool()
+    _mini_repo(tmp_path)
+    monkeypatch.setattr(tool, "REPO", tmp_path)
+    monkeypatch.setattr(tool, "MUTANTS_DIR", tmp_path / "tools" / "mutants")
+    before = (tmp_path / "calc.py").read_text()
+    assert tool.main(["--jobs", str(jobs)]) == 1
+    out = capsys.readouterr().out
+    assert f"2 mutants, {jobs} jobs" in out
+    assert "| add_subtracts | a | calc.py | caught |" in out
+    assert "| unused_changed | a | calc.py | SURVIVED |" in out
+    assert "1 / 2 caught (50 %)" in out and f"min with {jobs} jobs" in out
+    assert (tmp_path / "calc.py").read_text() == before
+    assert tool.main(["--since", "HEAD", "--list"]) == 0
+    assert capsys.readouterr().out == ""
+    (tmp_path / "calc.py").write_text(before + "\n")
+    assert tool.main(["--since", "HEAD", "--list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listed] == ["add_subtracts", "unused_changed"]
