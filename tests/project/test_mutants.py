@@ -61,7 +61,8 @@ def test_a_rotten_entry_is_reported(tmp_path: Path) -> None:
 
 
 def test_every_named_test_path_and_selection_exists() -> None:
-    """Each mutant's test paths (a node id's file part) exist, a node id's test function is defined in its file,
+    """Each mutant's test paths (a node id's file part) are test files, not folders (a mutant runs only the tests
+    that cover its file, which keeps `make mutants` practical), a node id's test function is defined in its file,
     and every word of a `-k` expression occurs in one of the named files, so a moved or renamed test cannot leave a
     mutant running nothing (pytest exit 5 would show only when `make mutants` runs)."""
     mutants = _tool().load_mutants()
@@ -78,7 +79,9 @@ def test_every_named_test_path_and_selection_exists() -> None:
         for arg in paths:
             file, _, node = arg.partition("::")
             path = REPO_ROOT / file
-            assert path.is_file(), f"{m.id}: {file} does not exist"
+            assert path.is_file(), (
+                f"{m.id}: {file} is not a test file (a folder runs more than covers {m.file})"
+            )
             text = path.read_text(encoding="utf-8")
             texts.append(text)
             if node:
