@@ -198,3 +198,27 @@ def test_a_transposed_digit_is_found() -> None:
     del published[key]
     assert mismatches(published, table) == [f"{key}: table 47.5, not published"]
     assert len(table) == 264 and len(gem_cells()) == 53  # every cell of the copied tables parsed
+
+
+def test_report_shows_the_paper_cells_and_their_eight_task_mean() -> None:
+    """`distmatch-eval report`'s NLU table: each published row is the paper's row, its Avg (8) the mean of the cells."""
+    from eval_tasks.nlu import NLU_TASK_NAMES
+    from eval_tasks.report.collect import RunData
+    from eval_tasks.report.markdown import nlu_section
+
+    run = RunData("mine", lm_eval={task: {"acc": 50.0} for task in NLU_TASK_NAMES})
+    used: set[tuple[str, str]] = set()
+    lines = nlu_section([run], True, "llama-7b", used)
+    table = emo_cells()
+    order = [t.removeprefix("distmatch_") for t in NLU_TASK_NAMES]
+    rows = [line for line in lines if line.startswith("| ") and "[EMO Table 3]" in line]
+    assert len(rows) == len(_EMO_METHODS)
+    for line in rows:
+        label, *cells, avg, protocol = [c.strip() for c in line.strip("|").split("|")]
+        method = label.split(" · ")[0]
+        expected = [table[("Table 3", b, "acc", method, "LLaMa-7B")] for b in order]
+        assert [float(c) for c in cells] == expected, method
+        assert avg == f"{sum(expected) / len(expected):.2f}" and protocol == "published", method
+    assert ("EMO (Ren, Wu, Zhu, ICLR 2024)", "Table 3") in used
+    (mine,) = [line for line in lines if line.startswith("| **mine**")]
+    assert mine.count("50.00") == 9  # 8 tasks and their mean
