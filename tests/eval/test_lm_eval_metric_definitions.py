@@ -67,8 +67,10 @@ def _icl_cases() -> list[tuple[dict[str, Any], list[tuple[float, bool]]]]:
             {"full_prompts": ["漢" * 6, "ab" * 4, "z"], "label": 1},
             [(-6.5, False), (-8.5, False), (-3.0, False)],
         ),
-        # Ties: both pick the first maximum.
-        ({"full_prompts": ["ab", "cd", "ef", "gh"], "label": 1}, [(-2.0, False)] * 4),
+        # Ties: lm-eval (numpy's argmax) picks the first maximum.
+        ({"full_prompts": ["ab", "cd", "ef", "gh"], "label": 0}, [(-2.0, False)] * 4),
+        ({"full_prompts": ["ab", "cd", "ef", "gh"], "label": 3}, [(-2.0, False)] * 4),
+        ({"full_prompts": ["abc", "d", "ef"], "label": 1}, [(-3.0, False), (-1.0, False), (-1.0, False)]),
     ]
     rng = random.Random(23)
     alphabet = "abc é漢 ,."
