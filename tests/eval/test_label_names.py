@@ -143,3 +143,12 @@ def test_mmlu_answer_ids_are_the_dataset_letters() -> None:
             assert f"S{i}?\nA. w\nB. x\nC. y\nD. z\nAnswer: {names[shot['answer']]}\n" in doc["context"]
     text = (OC_DATASETS / "distmatch_mmlu_ppl.py").read_text()
     assert '_letters = ["A", "B", "C", "D"]' in text and list(nlu.MMLU.letters) == names
+
+
+def test_ag_news_pool_is_the_first_30_percent_of_train() -> None:
+    """The EMO code retrieves AG News demonstrations from ``train[:30%]`` (the first 30 % of the rows, in order); the
+    card's train split has 120,000 rows."""
+    info = json.loads((FIXTURES / "ag_news.json").read_text())
+    rows = info["splits"]["train"]["num_examples"]
+    assert nlu.ICL_TASKS["ag_news"].pool_split == f"train[:{rows * 30 // 100}]"
+    assert all(spec.pool_split == "train" for key, spec in nlu.ICL_TASKS.items() if key != "ag_news")
