@@ -55,6 +55,9 @@ def test_report_flags_another_demonstration_count() -> None:
     full = {"original": 872, "effective": 872}
     on = paper_protocol_check("distmatch_sst2", {**_EMO_META, "ice_num": ice_num}, n_samples=full)
     assert on["comparable"] and on["differences"] == [] and on["metric"] == "acc_ppl"  # lowest perplexity
+    # A results file without ice_num ran the tasks' default, which must be the paper's count.
+    unset = paper_protocol_check("distmatch_sst2", _EMO_META, n_samples=full)
+    assert unset["comparable"] and unset["differences"] == []
     for other in (ice_num - 4, ice_num + 8):
         check = paper_protocol_check("distmatch_sst2", {**_EMO_META, "ice_num": other}, n_samples=full)
         assert not check["comparable"]
