@@ -62,15 +62,6 @@ _EMO_TABLES = {
     "emo_table7.txt": ("Table 7", ["LLaMa2-13B"] * 5, None),
     "emo_table8.txt": ("Table 8", ["OPT-2.7B"] * 5, None),
 }
-_GEM_TABLE1 = [
-    ("ifeval", m)
-    for m in (
-        "prompt_level_strict_acc",
-        "inst_level_strict_acc",
-        "prompt_level_loose_acc",
-        "inst_level_loose_acc",
-    )
-]
 _GEM_TABLE2 = [
     (b, m)
     for b in ("gem_poem", "gem_story")
@@ -118,11 +109,22 @@ def _pipe_rows(name: str, methods: tuple[str, ...]) -> list[tuple[str, list[floa
     return out
 
 
+def _gem_table1_columns() -> list[tuple[str, str]]:
+    """lm-eval's IFEval metric names from Table 1's two header lines ("Strict Accuracy" / "(Prompt Level)" ...)."""
+    judged, levels = [
+        [p.strip() for p in line.split("|") if p.strip()] for line in _lines("gem_table1.txt")[1:3]
+    ]
+    level = {"(Prompt Level)": "prompt_level", "(Instruction Level)": "inst_level"}
+    return [
+        ("ifeval", f"{level[lv]}_{j.split()[0].lower()}_acc") for j, lv in zip(judged, levels, strict=True)
+    ]
+
+
 def gem_cells() -> dict[Key, float]:
     methods = ("CE", "CE+WD", "CE+Entropy", "GEM-Linear", "GEM-LS")
     cells: dict[Key, float] = {}
     for name, table, columns in (
-        ("gem_table1.txt", "Table 1", _GEM_TABLE1),
+        ("gem_table1.txt", "Table 1", _gem_table1_columns()),
         ("gem_table2.txt", "Table 2", _GEM_TABLE2),
     ):
         rows = _pipe_rows(name, methods)
