@@ -319,8 +319,9 @@ def paper_protocol_check(
         retriever = str(meta.get("retriever_model") or f"sentence-transformers/{_RETRIEVER}")
         if retriever.rstrip("/").split("/")[-1].lower() != _RETRIEVER:
             differences.append(f"retriever {retriever} (paper: {_RETRIEVER})")
-        if int(meta.get("ice_num", 8)) != 8:
-            differences.append(f"{meta.get('ice_num')} demonstrations (paper: 8)")
+        ice_num = int(meta.get("ice_num") or TASK_OPTIONS["ice_num"].default)  # not given: the tasks' default
+        if ice_num != 8:
+            differences.append(f"{ice_num} demonstrations (paper: 8)")
     if family == "creative":
         if int(meta.get("num_samples", 16)) != 16:
             differences.append(f"{meta.get('num_samples')} samples per prompt (paper: 16)")

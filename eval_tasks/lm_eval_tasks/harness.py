@@ -69,7 +69,7 @@ def load_icl_dataset(distmatch_task: str, **options: Any) -> Any:
         distmatch_task,
         template=resolved["template"],
         retriever_model=dataset_loading.option(options, "retriever_model", RETRIEVER_ENV),
-        ice_num=int(dataset_loading.option(options, "ice_num", default=8)),
+        ice_num=int(dataset_loading.option(options, "ice_num", default=TASK_OPTIONS["ice_num"].default)),
         data_dir=dataset_loading.option(options, "data_dir", dataset_loading.DATA_DIR_ENV),
         cache_dir=False if cache is not None and not _flag(cache) else cache,
         device=dataset_loading.option(options, "retriever_device"),

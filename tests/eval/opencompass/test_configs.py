@@ -164,6 +164,23 @@ def test_config_dir_is_found_by_opencompass() -> None:
 # End to end: opencompass CLI on a user config that imports the packaged configs
 
 
+def test_mmlu_dataset_targets_are_the_dataset_answer_letters(tmp_path: Path) -> None:
+    """DistMatchMMLUDataset's `target` letter is cais/mmlu's own answer class name (its ClassLabel: A, B, C, D)."""
+    pytest.importorskip("opencompass")
+    from eval_tasks.opencompass_ext import DistMatchMMLUDataset
+    from tests.eval.test_label_names import dataset_class_names
+
+    names = dataset_class_names("mmlu")
+    data = write_eval_data(tmp_path / "data")
+    rows = [json.loads(line) for line in (data / "mmlu" / "test.jsonl").read_text().splitlines()]
+    subject = MMLU_SUBJECTS[0]
+    expected = [names[row["answer"]] for row in rows if row["subject"] == subject]
+    loaded = DistMatchMMLUDataset.load(subject, data_dir=str(data))["test"]
+    assert [row["target"] for row in loaded] == expected and len(set(expected)) > 1
+    first = next(row for row in rows if row["subject"] == subject)
+    assert [loaded[0][letter] for letter in names] == first["choices"]
+
+
 @pytest.fixture(scope="module")
 def oc_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     pytest.importorskip("opencompass")

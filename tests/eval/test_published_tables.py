@@ -1,0 +1,226 @@
+"""Every published number in eval_tasks/published/*.json pinned to its paper's table text.
+
+The fixtures (tests/eval/fixtures/paper_tables/) are the table lines copied from the papers' text (EMO ICLR 2024:
+Tables 1, 2, 3, 6, 7, 8; GEM: Tables 1 and 2, the Sec. 5.1 perplexity sentence) and from the GEM repository's
+result.md. Each is parsed here into cells keyed by (table, benchmark, metric, method, base model); the JSON of each
+source must hold exactly those cells with exactly those values (a transposed digit, a missing or an extra cell
+fails), the repository file a subset of its table's rows, complete for every method it quotes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.env import REPO_ROOT
+
+TABLES = Path(__file__).parent / "fixtures" / "paper_tables"
+PUBLISHED = REPO_ROOT / "eval_tasks" / "published"
+
+Key = tuple[str, str, str, str, str]  # table, benchmark, metric, method, base model
+
+_NLU_COLUMNS = {
+    "TE": "tweet_emotion",
+    "SST-2": "sst2",
+    "TREC": "trec",
+    "Subj": "subj",
+    "CR": "cr",
+    "RT": "rt",
+    "AG": "ag_news",
+    "MMLU": "mmlu",
+}
+_EMO_METHODS = ("Pre-trained", "MLE", "TaiLr", "MixCE", "EMO")
+#: fixture -> (table, the base model of each data row in order, column name -> (benchmark, metric))
+_EMO_TABLES = {
+    "emo_table1.txt": (
+        "Table 1",
+        ["GPT-2"] * 4 + ["OPT-125M"] * 4,
+        {
+            "WikiText2": ("emo_lm_wikitext2", "mauve"),
+            "WikiText103": ("emo_lm_wikitext103", "mauve"),
+            "WebText <sub>test</sub>": ("emo_lm_webtext", "mauve"),
+            "PTB": ("emo_lm_ptb", "mauve"),
+            "WritingPrompts": ("emo_lm_writingprompts", "mauve"),
+            "AG": ("emo_lm_ag_news", "mauve"),
+        },
+    ),
+    "emo_table2.txt": (
+        "Table 2",
+        ["GPT-2"] * 4,
+        {
+            r"$PPL_{oracle} \downarrow$": ("emo_oracle_gpt2_large", "ppl_oracle"),
+            "Mauve↑": ("emo_oracle_gpt2_large", "mauve"),
+            "ROUGE-1↑": ("emo_oracle_gpt2_large", "rouge1"),
+            "<b>ROUGE-L</b> ↑": ("emo_oracle_gpt2_large", "rougeL"),
+        },
+    ),
+    "emo_table3.txt": ("Table 3", ["LLaMa-7B"] * 5 + ["LLaMa-13B"] * 5, None),
+    "emo_table6.txt": ("Table 6", ["LLaMa2-7B"] * 5, None),
+    "emo_table7.txt": ("Table 7", ["LLaMa2-13B"] * 5, None),
+    "emo_table8.txt": ("Table 8", ["OPT-2.7B"] * 5, None),
+}
+_GEM_TABLE2 = [
+    (b, m)
+    for b in ("gem_poem", "gem_story")
+    for m in ("ngram_diversity", "self_bleu_diversity", "sbert_diversity")
+]
+_GEM_MODEL = "Llama-3-8B"
+
+
+def _lines(name: str) -> list[str]:
+    return [
+        line for line in (TABLES / name).read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
+
+
+def _number(cell: str) -> float:
+    return float(re.sub(r"<[^>]+>|\*\*", "", cell).strip())
+
+
+def emo_cells() -> dict[Key, float]:
+    cells: dict[Key, float] = {}
+    for name, (table, models, columns) in _EMO_TABLES.items():
+        header, *rows = [line.split("\t") for line in _lines(name)]
+        first = 2 if header[0] in ("Model", "Models") else 1
+        names = header[first:]
+        columns = columns or {c: (_NLU_COLUMNS[c], "acc") for c in names}
+        assert len(rows) == len(models), name
+        for row, model in zip(rows, models, strict=True):
+            (method,) = [c for c in row[:first] if c in _EMO_METHODS]
+            values = row[first:]
+            assert len(values) == len(names), (name, row)
+            for column, value in zip(names, values, strict=True):
+                benchmark, metric = columns[column]
+                key = (table, benchmark, metric, method, model)
+                assert key not in cells, key
+                cells[key] = _number(value)
+    return cells
+
+
+def _pipe_rows(name: str, methods: tuple[str, ...]) -> list[tuple[str, list[float]]]:
+    out = []
+    for line in _lines(name):
+        parts = [p.strip() for p in line.strip().strip("|").split("|")]
+        if parts[0] in methods:
+            out.append((parts[0], [_number(p) for p in parts[1:] if p]))
+    return out
+
+
+def _gem_table1_columns() -> list[tuple[str, str]]:
+    """lm-eval's IFEval metric names from Table 1's two header lines ("Strict Accuracy" / "(Prompt Level)" ...)."""
+    judged, levels = [
+        [p.strip() for p in line.split("|") if p.strip()] for line in _lines("gem_table1.txt")[1:3]
+    ]
+    level = {"(Prompt Level)": "prompt_level", "(Instruction Level)": "inst_level"}
+    return [
+        ("ifeval", f"{level[lv]}_{j.split()[0].lower()}_acc") for j, lv in zip(judged, levels, strict=True)
+    ]
+
+
+def gem_cells() -> dict[Key, float]:
+    methods = ("CE", "CE+WD", "CE+Entropy", "GEM-Linear", "GEM-LS")
+    cells: dict[Key, float] = {}
+    for name, table, columns in (
+        ("gem_table1.txt", "Table 1", _gem_table1_columns()),
+        ("gem_table2.txt", "Table 2", _GEM_TABLE2),
+    ):
+        rows = _pipe_rows(name, methods)
+        assert [m for m, _ in rows] == list(methods), name
+        for method, values in rows:
+            assert len(values) == len(columns), (name, method)
+            for (benchmark, metric), value in zip(columns, values, strict=True):
+                cells[(table, benchmark, metric, method, _GEM_MODEL)] = value
+    (sentence,) = _lines("gem_sec51_text.txt")
+    around = re.search(
+        r"GEM-LS and GEM-Linear achieve lower perplexity \(around (\d+\.\d+)\) than CE \((\d+\.\d+)\)",
+        sentence,
+    )
+    assert around, sentence
+    for method, value in (("GEM-LS", around[1]), ("GEM-Linear", around[1]), ("CE", around[2])):
+        cells[("Sec. 5.1 text", "ultrafeedback_test", "perplexity", method, _GEM_MODEL)] = float(value)
+    return cells
+
+
+def gem_repository_cells() -> dict[Key, float]:
+    cells: dict[Key, float] = {}
+    columns = [("gem_poem", m) for m in ("ngram_diversity", "self_bleu_diversity", "sbert_diversity")]
+    rows = _pipe_rows("gem_repository_poem.txt", ("CE", "GEM-Linear", "GEM-Logsigmoid"))
+    assert len(rows) == 3
+    for method, values in rows:
+        for (benchmark, metric), value in zip(columns, values, strict=True):
+            cells[("result.md (poem writing)", benchmark, metric, method, _GEM_MODEL)] = value
+    return cells
+
+
+def json_cells(name: str) -> dict[Key, float]:
+    cells: dict[Key, float] = {}
+    for row in json.loads((PUBLISHED / name).read_text())["numbers"]:
+        key = (row["table"], row["benchmark"], row["metric"], row["method"], row["base_model"])
+        assert key not in cells, f"{name}: two numbers for {key}"
+        cells[key] = row["value"]
+    return cells
+
+
+def mismatches(published: dict[Key, float], table: dict[Key, float]) -> list[str]:
+    """What differs: numbers whose cell is missing or holds another value, and cells without a number."""
+    wrong = [
+        f"{k}: published {v}, table {table.get(k, 'no such cell')}"
+        for k, v in published.items()
+        if table.get(k) != v
+    ]
+    missing = [f"{k}: table {v}, not published" for k, v in table.items() if k not in published]
+    return wrong + missing
+
+
+@pytest.mark.parametrize(
+    ("name", "cells"), [("emo_iclr2024.json", emo_cells), ("gem_2024.json", gem_cells)], ids=["emo", "gem"]
+)
+def test_published_numbers_equal_the_paper_tables(name: str, cells) -> None:  # noqa: ANN001
+    table = cells()
+    assert mismatches(json_cells(name), table) == []
+
+
+def test_gem_repository_numbers_equal_its_result_md() -> None:
+    table = gem_repository_cells()
+    published = json_cells("gem_repository.json")
+    methods = {k[3] for k in published}
+    assert methods == {"CE", "GEM-Linear"}
+    assert mismatches(published, {k: v for k, v in table.items() if k[3] in methods}) == []
+
+
+def test_a_transposed_digit_is_found() -> None:
+    table = emo_cells()
+    published = json_cells("emo_iclr2024.json")
+    key = ("Table 3", "mmlu", "acc", "EMO", "LLaMa-13B")
+    assert published[key] == table[key] == 47.5
+    assert mismatches({**published, key: 45.7}, table) == [f"{key}: published 45.7, table 47.5"]
+    del published[key]
+    assert mismatches(published, table) == [f"{key}: table 47.5, not published"]
+    assert len(table) == 264 and len(gem_cells()) == 53  # every cell of the copied tables parsed
+
+
+def test_report_shows_the_paper_cells_and_their_eight_task_mean() -> None:
+    """`distmatch-eval report`'s NLU table: each published row is the paper's row, its Avg (8) the mean of the cells."""
+    from eval_tasks.nlu import NLU_TASK_NAMES
+    from eval_tasks.report.collect import RunData
+    from eval_tasks.report.markdown import nlu_section
+
+    run = RunData("mine", lm_eval={task: {"acc": 50.0} for task in NLU_TASK_NAMES})
+    used: set[tuple[str, str]] = set()
+    lines = nlu_section([run], True, "llama-7b", used)
+    table = emo_cells()
+    order = [t.removeprefix("distmatch_") for t in NLU_TASK_NAMES]
+    rows = [line for line in lines if line.startswith("| ") and "[EMO Table 3]" in line]
+    assert len(rows) == len(_EMO_METHODS)
+    for line in rows:
+        label, *cells, avg, protocol = [c.strip() for c in line.strip("|").split("|")]
+        method = label.split(" · ")[0]
+        expected = [table[("Table 3", b, "acc", method, "LLaMa-7B")] for b in order]
+        assert [float(c) for c in cells] == expected, method
+        assert avg == f"{sum(expected) / len(expected):.2f}" and protocol == "published", method
+    assert ("EMO (Ren, Wu, Zhu, ICLR 2024)", "Table 3") in used
+    (mine,) = [line for line in lines if line.startswith("| **mine**")]
+    assert mine.count("50.00") == 9  # 8 tasks and their mean
