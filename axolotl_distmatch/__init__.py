@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from trl_ext._optional import require
+from distmatch.optional import require
 
 __all__ = ["DistMatchArgs", "DistMatchPlugin", "DistMatchTrainer"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from axolotl.integrations.base import BasePlugin
 
-from distmatch_hooks._common import axolotl_resume_checkpoint
+from distmatch.checkpoints import axolotl_resume_checkpoint
 from trl_ext.options import LOSS_OPTIONS, options_of
 from trl_ext.resume import resolve_resume
 

@@ -13,6 +13,7 @@ with `loss:` use distmatch without extra flags.
 Every `.pth` line imports this package first: it stays cheap and inert (only `os`/`sys`, nothing that can raise).
 """
 
-from distmatch_hooks._common import LOSS_OPTION_NAMES, LOSS_OPTION_PREFIXES, DistMatchConfigError
+from distmatch.errors import DistMatchConfigError
+from distmatch_hooks._common import LOSS_OPTION_NAMES, LOSS_OPTION_PREFIXES
 
 __all__ = ["LOSS_OPTION_NAMES", "LOSS_OPTION_PREFIXES", "DistMatchConfigError"]

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+
+from distmatch.errors import stderr_line
 
 OFF_VALUES = ("0", "false", "no", "off")
 
@@ -38,8 +40,6 @@ LOSS_OPTION_NAMES = (
 LOSS_OPTION_PREFIXES = ("emo_",)
 #: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).
 RUN_OPTION_NAMES = ("allow_loss_change",)
-#: The file a distmatch run writes into every checkpoint and output folder (its loss and options; `trl_ext.resume`).
-RECORD_FILE = "distmatch.json"
 
 
 def switched_on(variable: str) -> bool:
@@ -47,72 +47,10 @@ def switched_on(variable: str) -> bool:
     return os.environ.get(variable, "1").strip().lower() not in OFF_VALUES
 
 
-def stderr_line(text: str) -> None:
-    """`text` and its newline on stderr in one write: the ranks of a multi-process launch share one stderr, and
-    `print` writes the text and the newline separately when stderr is unbuffered (PYTHONUNBUFFERED, `-u`), so two
-    ranks' lines could run together."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
 def debug(source: str, message: str) -> None:
     """A decision of a hook, on stderr when DISTMATCH_DEBUG is set (to anything but 0/false/no/off)."""
     if os.environ.get(ENV_DEBUG, "").strip().lower() not in ("", *OFF_VALUES):
         stderr_line(f"{source}[{os.getpid()}]: {message}")
-
-
-#: Exit status of a command refused for a setting (argparse's status for a bad argument).
-CONFIG_ERROR_STATUS = 2
-
-
-class DistMatchConfigError(ValueError):
-    """A setting distmatch refuses (the message names it and says what to do); entry points print it as one line."""
-
-
-def _config_errors(err: BaseException) -> list[str]:
-    """The DistMatchConfigError messages in `err`: itself, its cause/context chain, or a pydantic error's items."""
-    found: list[str] = []
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, DistMatchConfigError):
-            return [str(current)]
-        errors = getattr(current, "errors", None)  # pydantic.ValidationError: the validators' exceptions
-        if callable(errors) and type(current).__name__ == "ValidationError":
-            try:
-                items = errors()
-            except Exception:
-                items = []
-            for item in items:
-                inner = (item.get("ctx") or {}).get("error") if isinstance(item, dict) else None
-                if isinstance(inner, DistMatchConfigError):
-                    found.append(str(inner))
-            if found:
-                return found
-        current = current.__cause__ or current.__context__
-    return found
-
-
-def print_config_errors_as_one_line() -> None:
-    """`sys.excepthook` that prints an uncaught DistMatchConfigError as `error: <message>` (no traceback) and ends
-    the process with status 2, as argparse does for a bad argument: CPython honours a SystemExit raised by the
-    excepthook. Any other exception keeps the previous hook."""
-    previous = sys.excepthook
-    if getattr(previous, "_distmatch", False):
-        return
-
-    def hook(kind: type, err: BaseException, tb: object) -> None:
-        messages = _config_errors(err)
-        if not messages:
-            previous(kind, err, tb)
-            return
-        for message in messages:
-            stderr_line(f"error: {message}")
-        raise SystemExit(CONFIG_ERROR_STATUS)
-
-    hook._distmatch = True  # type: ignore[attr-defined]
-    sys.excepthook = hook
 
 
 class _LoaderThenCallback:
@@ -172,34 +110,3 @@ class PatchAfterImport:
         """Leave ``sys.meta_path`` (called from the loader: never while an import iterates over it)."""
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-
-
-def last_checkpoint(output_dir: object) -> str | None:
-    """The `checkpoint-N` folder with the largest N in `output_dir` (what `resume_from_checkpoint=True` and
-    Axolotl's `auto_resume_from_checkpoints` resume from), or None."""
-    try:
-        names = os.listdir(str(output_dir))
-    except OSError:
-        return None
-    steps = [
-        (int(name.split("-", 1)[1]), name)
-        for name in names
-        if name.startswith("checkpoint-")
-        and name.split("-", 1)[1].isdigit()
-        and os.path.isdir(os.path.join(str(output_dir), name))
-    ]
-    return os.path.join(str(output_dir), max(steps)[1]) if steps else None
-
-
-def has_record(checkpoint: object) -> bool:
-    """Whether `checkpoint` (a `resume_from_checkpoint` value) is a folder holding a distmatch run record."""
-    return isinstance(checkpoint, str) and os.path.isfile(os.path.join(checkpoint, RECORD_FILE))
-
-
-def axolotl_resume_checkpoint(cfg: Mapping) -> object:
-    """`resume_from_checkpoint`, else with `auto_resume_from_checkpoints` the last `checkpoint-N` of `output_dir`
-    (what Axolotl resumes from), or None: an Axolotl config, raw or validated."""
-    checkpoint = cfg.get("resume_from_checkpoint")
-    if checkpoint is not None or not cfg.get("auto_resume_from_checkpoints"):
-        return checkpoint
-    return last_checkpoint(cfg.get("output_dir") or "./model-out")

@@ -26,17 +26,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
+from distmatch.checkpoints import RECORD_FILE, axolotl_resume_checkpoint, has_record
+from distmatch.errors import DistMatchConfigError, print_config_errors_as_one_line
 from distmatch_hooks._common import (
     LOSS_OPTION_NAMES,
     LOSS_OPTION_PREFIXES,
-    RECORD_FILE,
     RUN_OPTION_NAMES,
-    DistMatchConfigError,
     PatchAfterImport,
-    axolotl_resume_checkpoint,
     debug,
-    has_record,
-    print_config_errors_as_one_line,
     switched_on,
 )
 

@@ -23,15 +23,13 @@ from __future__ import annotations
 import os
 import sys
 
-from distmatch_hooks._common import (
+from distmatch.errors import (
     CONFIG_ERROR_STATUS,
     DistMatchConfigError,
-    PatchAfterImport,
-    debug,
     print_config_errors_as_one_line,
     stderr_line,
-    switched_on,
 )
+from distmatch_hooks._common import PatchAfterImport, debug, switched_on
 
 ENV_SWITCH = "DISTMATCH_LM_EVAL_HOOK"
 TARGET_MODULE = "lm_eval.tasks.manager"

@@ -33,18 +33,19 @@ from __future__ import annotations
 
 import sys
 
-from distmatch_hooks._common import (
+from distmatch.checkpoints import RECORD_FILE, has_record
+from distmatch.errors import (
     CONFIG_ERROR_STATUS,
-    LOSS_OPTION_NAMES,
-    LOSS_OPTION_PREFIXES,
-    RECORD_FILE,
-    RUN_OPTION_NAMES,
     DistMatchConfigError,
-    PatchAfterImport,
-    debug,
-    has_record,
     print_config_errors_as_one_line,
     stderr_line,
+)
+from distmatch_hooks._common import (
+    LOSS_OPTION_NAMES,
+    LOSS_OPTION_PREFIXES,
+    RUN_OPTION_NAMES,
+    PatchAfterImport,
+    debug,
     switched_on,
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from trl_ext._optional import require
+from distmatch.optional import require
 
 __all__ = ["require_lm_eval"]
 

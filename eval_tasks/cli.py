@@ -31,12 +31,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks import generation as G
 from eval_tasks import metrics as M
 from eval_tasks import results, samples
 from eval_tasks.generation import GEM_GENERATION
 from eval_tasks.samples import InputError
-from trl_ext._optional import require
 
 __all__ = ["build_parser", "main"]
 

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks import nlu, retrieval
-from trl_ext._optional import require
 
 __all__ = [
     "DATA_DIR_ENV",

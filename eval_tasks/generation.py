@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks.samples import InputError, prompt_text
-from trl_ext._optional import require
 
 __all__ = [
     "GEM_GENERATION",
@@ -212,7 +212,7 @@ def vllm_engine(model: str, sampling: Sampling, dtype: str = "auto") -> tuple[An
 
 def choose_backend(requested: str) -> str:
     """``hf`` or ``vllm``; ``auto`` = vLLM when it is installed and a GPU is present."""
-    from trl_ext._optional import is_available
+    from distmatch.optional import is_available
 
     if requested != "auto":
         if requested == "vllm" and not is_available("vllm"):

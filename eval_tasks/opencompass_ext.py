@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from trl_ext._optional import require
+from distmatch.optional import require
 
 require("opencompass", extra="opencompass", feature="The distmatch OpenCompass configs")
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trl_ext._optional import require
+from distmatch.optional import require
 
 __all__ = [
     "DEFAULT_RETRIEVER",

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from distmatch_hooks import DistMatchConfigError
+from distmatch.errors import DistMatchConfigError
 
 __all__ = [
     "DistMatchConfigError",

@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    from distmatch_hooks import DistMatchConfigError
+    from distmatch.errors import DistMatchConfigError
 
     try:
         return launch_sft(argv[argv.index(args.command) + 1 :])

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from distmatch_hooks import DistMatchConfigError
+from distmatch.errors import DistMatchConfigError
 
 BUILTIN = ("frozen", "live")
 #: `owner/name` or `name`: letters, digits, `-`, `_`, `.` (no `--` / `..`, no leading/trailing `-` / `.`), <= 96.

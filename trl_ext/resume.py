@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distmatch_hooks._common import RECORD_FILE, DistMatchConfigError, last_checkpoint
+from distmatch.checkpoints import RECORD_FILE, last_checkpoint
+from distmatch.errors import DistMatchConfigError
 
 from . import __version__
 from .options import DISTMATCH_LOSSES, OPTION_DEFAULTS, options_of

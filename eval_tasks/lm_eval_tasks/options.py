@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distmatch_hooks import DistMatchConfigError
+from distmatch.errors import DistMatchConfigError
 
 __all__ = [
     "TASK_OPTIONS",

@@ -10,10 +10,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks.metrics.inputs import EVAL_EXTRA as _EVAL
 from eval_tasks.metrics.inputs import DiversityInputError
 from eval_tasks.metrics.sentence_bert import DEFAULT_SBERT_MODEL, embed
-from trl_ext._optional import require
 
 __all__ = ["mauve_score", "text_features"]
 

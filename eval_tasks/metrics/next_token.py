@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks.metrics.inputs import EVAL_EXTRA as _EVAL
-from trl_ext._optional import require
 
 __all__ = ["GEM_FIGURE6_PROMPTS", "NextTokenStats", "next_token_distribution", "next_token_stats"]
 

@@ -10,9 +10,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks.metrics.inputs import EVAL_EXTRA as _EVAL
 from eval_tasks.metrics.inputs import DiversityInputError, check_samples
-from trl_ext._optional import require
 
 __all__ = ["distinct_n", "ngram_diversity", "word_tokenize"]
 

@@ -11,9 +11,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks.metrics.inputs import EVAL_EXTRA as _EVAL
 from eval_tasks.metrics.inputs import check_samples
-from trl_ext._optional import require
 
 __all__ = [
     "DEFAULT_SBERT_MODEL",

@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks import published as P
 from eval_tasks.report.collect import RunData
 from eval_tasks.report.labels import DIVERSITY_METRICS, METRIC_TITLES, NLU_ORDER, NLU_SHORT, probe_tokens
-from trl_ext._optional import require
 
 __all__ = [
     "accuracy_plot",

@@ -234,7 +234,7 @@ def check_lm_eval(argv: list[str], task_manager: Any, where: str, monkeypatch: p
     from lm_eval.api.registry import model_registry
     from lm_eval.config.evaluate_config import EvaluatorConfig
 
-    from distmatch_hooks._common import DistMatchConfigError
+    from distmatch.errors import DistMatchConfigError
     from eval_tasks.lm_eval_tasks.options import preflight
 
     monkeypatch.setattr(sys, "argv", ["lm_eval", *argv])

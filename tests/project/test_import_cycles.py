@@ -1,5 +1,6 @@
 """No import cycle between the modules of the packages, counting imports inside functions too (a lazy import that
-closes a cycle still ties two modules together), and every eval_tasks module imports on its own."""
+closes a cycle still ties two modules together), imports only go down the layers, the bottom layer imports neither
+torch nor any framework, and every eval_tasks module imports on its own."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 from tests.helpers.env import REPO_ROOT
 
 REPO = REPO_ROOT
-PACKAGES = ("trl_ext", "axolotl_distmatch", "eval_tasks", "distmatch_hooks")
+PACKAGES = ("distmatch", "trl_ext", "axolotl_distmatch", "eval_tasks", "distmatch_hooks")
+#: Each package's layer (docs/development.md): a module may import its own layer's package and lower layers only.
+LAYERS = {"distmatch": 0, "trl_ext": 1, "axolotl_distmatch": 2, "eval_tasks": 2, "distmatch_hooks": 3}
 
 
 def _module_name(path: Path) -> str:
@@ -86,6 +89,55 @@ def test_no_import_cycle_in_the_packages() -> None:
     graph = import_graph(_modules())
     assert graph["eval_tasks.cli"] >= {"eval_tasks.samples", "eval_tasks.generation", "eval_tasks.results"}
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`a -> b` for every import from a package to another of the same or a higher layer."""
+    package = lambda module: module.split(".")[0]  # noqa: E731
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if package(a) != package(b) and LAYERS[package(b)] >= LAYERS[package(a)]
+    )
+
+
+def test_layer_check_finds_an_upward_import() -> None:
+    graph = {
+        "trl_ext.x": {"distmatch.errors", "distmatch_hooks._common"},
+        "eval_tasks.y": {"axolotl_distmatch.z"},
+    }
+    assert upward_imports(graph) == [
+        "eval_tasks.y -> axolotl_distmatch.z",
+        "trl_ext.x -> distmatch_hooks._common",
+    ]
+
+
+def test_imports_only_go_down_the_layers() -> None:
+    graph = import_graph(_modules())
+    assert (
+        "distmatch.errors" in graph["distmatch_hooks._common"]
+        and "distmatch.optional" in graph["eval_tasks.cli"]
+    )
+    assert upward_imports(graph) == []
+
+
+def test_bottom_layer_imports_no_framework() -> None:
+    """`distmatch` is imported by the activation hooks at every interpreter start: it must stay torch-free."""
+    code = "import sys, distmatch, distmatch.errors, distmatch.optional, distmatch.checkpoints; print(sorted(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    loaded = {name.split(".")[0] for name in eval(out.stdout)}  # noqa: S307 - our own subprocess's list
+    assert not loaded & {
+        "torch",
+        "transformers",
+        "trl",
+        "axolotl",
+        "lm_eval",
+        "trl_ext",
+        "eval_tasks",
+        "numpy",
+    }
 
 
 def test_report_and_metrics_do_not_import_the_cli() -> None:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trl_ext._optional import is_available, require
+from distmatch.optional import is_available, require
 
 MISSING = "distmatch_surely_missing_module_0xdeadbeef"
 
@@ -45,7 +45,7 @@ def test_require_broken_module_says_it_failed_to_import(tmp_path, monkeypatch) -
 
 def test_is_available() -> None:
     assert is_available("json")
-    assert is_available("trl_ext._optional")
+    assert is_available("distmatch.optional")
     assert not is_available(MISSING)
     assert not is_available(MISSING + ".sub")
 
@@ -71,7 +71,7 @@ def test_unknown_attribute_is_attribute_error() -> None:
 
 def test_importing_packages_does_not_import_optional_frameworks() -> None:
     code = (
-        "import sys, trl_ext, trl_ext._optional, axolotl_distmatch, eval_tasks\n"
+        "import sys, distmatch, distmatch.optional, trl_ext, axolotl_distmatch, eval_tasks\n"
         "heavy = sorted(m for m in ('axolotl', 'lm_eval', 'opencompass', 'deepspeed', 'flash_attn')"
         " if m in sys.modules)\n"
         "print(heavy)\n"

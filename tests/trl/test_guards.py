@@ -21,8 +21,10 @@ import torch
 
 pytest.importorskip("trl")  # not in .venv-opencompass (OpenCompass pins datasets < 4; TRL needs >= 4.7)
 
-from distmatch_hooks import DistMatchConfigError  # noqa: E402
-from distmatch_hooks._common import _config_errors  # noqa: E402
+from distmatch.errors import (
+    DistMatchConfigError,  # noqa: E402
+    config_errors,  # noqa: E402
+)
 from tests.helpers.env import REPO_ROOT  # noqa: E402
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
 from trl_ext.checks import check_option_usage  # noqa: E402
@@ -94,7 +96,7 @@ def test_one_line_printer_finds_our_error_in_chains_and_pydantic_errors():
         except DistMatchConfigError as inner:
             raise RuntimeError("wrapped") from inner
     except RuntimeError as err:
-        assert _config_errors(err) == ["gem_beta=0 is invalid"]
+        assert config_errors(err) == ["gem_beta=0 is invalid"]
 
     class Args(BaseModel):
         loss: str
@@ -106,14 +108,14 @@ def test_one_line_printer_finds_our_error_in_chains_and_pydantic_errors():
 
     with pytest.raises(Exception) as info:
         Args(loss="x")
-    assert _config_errors(info.value) == ["loss='x' is not a distmatch loss"]
-    assert _config_errors(ValueError("other")) == []
+    assert config_errors(info.value) == ["loss='x' is not a distmatch loss"]
+    assert config_errors(ValueError("other")) == []
 
 
 def test_refused_setting_exits_with_one_line(tmp_path):
     """The printer installed by the hooks: `error: <message>`, exit status 2, no traceback."""
     script = (
-        "from distmatch_hooks._common import DistMatchConfigError, print_config_errors_as_one_line\n"
+        "from distmatch.errors import DistMatchConfigError, print_config_errors_as_one_line\n"
         "print_config_errors_as_one_line()\n"
         "raise DistMatchConfigError('gem_beta=0.5 is set but `loss` is unset')\n"
     )

@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import torch
 
-from .._optional import is_available, require
+from distmatch.optional import is_available, require
+
 from .registry import LOSSES, TRITON_LOSSES
 from .rows import ChunkResult, chunk_math
 
