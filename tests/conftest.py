@@ -31,6 +31,7 @@ FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
     "trl/cli": ("trl_cli",),
     # The patched forward on models built in code, no TRL trainer: not run again in .venv-axolotl.
     "trl/test_model_forward_scaling.py": (),
+    "trl/test_model_forward_heads.py": (),
 }
 TESTS_DIR = Path(__file__).resolve().parent
 

@@ -234,3 +234,40 @@ def test_emo_resume_keeps_the_pretrained_cost_embedding(assets, tmp_path) -> Non
     assert resumed.state.global_step == 3
     assert torch.equal(resumed.distmatch_request.cost_embedding, pretrained)
     assert not torch.equal(model.get_output_embeddings().weight.detach(), pretrained)
+
+
+def test_train_metrics_with_evaluation_are_the_training_batches(assets, tmp_path) -> None:
+    """Evaluation (before the first step and after it) does not change the logged training metrics: with learning
+    rate 0 (the weights never change) the step's `ce` / `entropy` / `mean_token_accuracy` / `demd` equal those of the
+    same run without evaluation, so no evaluation batch is averaged into them; the evaluation's carry `eval_`."""
+    from axolotl.integrations.base import PluginManager
+
+    keys = ("ce", "entropy", "mean_token_accuracy", "demd")
+    common = dict(FULL_SGD, learning_rate=0.0, loss="emo", val_set_size=0.1, max_steps=1)
+    logs = {}
+    for name, evaluation in (
+        (
+            "plain",
+            {},
+        ),  # no eval_strategy: Axolotl 0.19 evaluates at the start of any other strategy, even "no"
+        ("eval", {"eval_strategy": "steps", "eval_steps": 1}),
+    ):
+        PluginManager.get_instance().plugins.clear()
+        _, trainer = train_in_process(tiny_config(assets, tmp_path / name, **common, **evaluation))
+        logs[name] = trainer.state.log_history
+    train = {
+        name: [h for h in history if "loss" in h and "train_runtime" not in h]
+        for name, history in logs.items()
+    }
+    evaluations = [h for h in logs["eval"] if "eval_loss" in h]
+    assert len(train["plain"]) == len(train["eval"]) == 1 and len(evaluations) >= 2
+    # Axolotl evaluates before the first step too: an evaluation lies between the start and the training log; the
+    # run without evaluation has none before it.
+    assert "eval_loss" in logs["eval"][0] and "loss" not in logs["eval"][0]
+    assert "loss" in logs["plain"][0]
+    for plain, with_eval in zip(train["plain"], train["eval"]):
+        assert not [k for k in with_eval if k.startswith("eval_")], with_eval
+        for key in keys:
+            assert with_eval[key] == pytest.approx(plain[key], rel=1e-6), (key, with_eval[key], plain[key])
+    for evaluation in evaluations:
+        assert {f"eval_{k}" for k in keys} <= set(evaluation) and not set(keys) & set(evaluation), evaluation

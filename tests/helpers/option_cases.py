@@ -1,0 +1,92 @@
+"""Every loss option at 0 (where valid), at its bounds and unset, as a table shared by the integrations' tests
+(TRL config and CLI: tests/trl/test_option_values.py; Axolotl: tests/axolotl/test_option_values.py; hooks:
+tests/hooks/test_hook_options.py).
+
+The expected values are written here from the documentation (docs/losses.md), not read from the loss specs: a
+default or a bound that changes in the code makes these tests fail until the table (and the docs) follow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The functional parameters every loss trains with when no option is set (docs/losses.md), without EMO's cost
+#: embedding (a tensor the trainer resolves from `emo_cost_embedding`, default 'frozen').
+DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
+    "ce": {},
+    "dft": {},
+    "emo": {"weighting": "emo1", "ratio_clamp": None},
+    "gem_linear": {"beta": 0.7},
+    "gem_ls": {"beta": 0.7},
+    "ce_entropy": {"entropy_coef": 0.1},
+    "tailr": {"gamma": 0.5, "min_weight": 0.2, "variant": "tailr"},
+    "mixce": {"gamma": 0.5},
+    "eaft": {"alpha": 1.0, "k": 20},
+}
+
+#: option -> (a loss that uses it, the functional parameter it sets).
+OPTION_PARAMS: dict[str, tuple[str, str]] = {
+    "gem_beta": ("gem_ls", "beta"),
+    "emo_weighting": ("emo", "weighting"),
+    "emo_ratio_clamp": ("emo", "ratio_clamp"),
+    "ce_entropy_coef": ("ce_entropy", "entropy_coef"),
+    "tailr_gamma": ("tailr", "gamma"),
+    "tailr_min_weight": ("tailr", "min_weight"),
+    "tailr_variant": ("tailr", "variant"),
+    "mixce_gamma": ("mixce", "gamma"),
+    "eaft_alpha": ("eaft", "alpha"),
+    "eaft_k": ("eaft", "k"),
+}
+
+#: Accepted values: 0 wherever it is valid, and every bound's valid edge.
+VALID: list[tuple[str, Any]] = [
+    ("gem_beta", 1e-6),  # > 0
+    ("gem_beta", 1.0),
+    ("emo_weighting", "emo2"),
+    ("emo_ratio_clamp", 1e-6),  # > 0 (emo1)
+    ("ce_entropy_coef", 0.0),  # >= 0
+    ("tailr_gamma", 0.0),  # [0, 1]
+    ("tailr_gamma", 1.0),
+    ("tailr_min_weight", 0.0),  # [0, 1]
+    ("tailr_min_weight", 1.0),
+    ("tailr_variant", "emo_code"),
+    ("mixce_gamma", 0.0),  # [0, 1]
+    ("mixce_gamma", 1.0),
+    ("eaft_alpha", 0.0),  # >= 0
+    ("eaft_k", 1),  # integer >= 1
+]
+
+#: Refused values just outside each bound (or outside the choices), with the start of the one-line error.
+INVALID: list[tuple[str, Any]] = [
+    ("gem_beta", 0.0),
+    ("gem_beta", -1e-6),
+    ("emo_ratio_clamp", 0.0),
+    ("ce_entropy_coef", -1e-6),
+    ("tailr_gamma", -0.01),
+    ("tailr_gamma", 1.01),
+    ("tailr_min_weight", -0.01),
+    ("tailr_min_weight", 1.01),
+    ("mixce_gamma", -0.01),
+    ("mixce_gamma", 1.01),
+    ("eaft_alpha", -1e-6),
+    ("eaft_k", 0),
+    ("emo_weighting", "emo3"),
+    ("tailr_variant", "tvd"),
+]
+
+CHOICE_OPTIONS = ("emo_weighting", "tailr_variant")
+
+
+def expected_params(option: str, value: Any) -> tuple[str, dict[str, Any]]:
+    """(loss, the parameters it must train with) when only `option` is set to `value`."""
+    loss, param = OPTION_PARAMS[option]
+    return loss, {**DEFAULT_PARAMS[loss], param: value}
+
+
+def refusal(option: str, value: Any) -> str:
+    """The part of the one-line error every integration prints for a refused value."""
+    return f"{option}={value!r} is invalid"
+
+
+def case_id(option: str, value: Any) -> str:
+    return f"{option}={value}"
