@@ -121,7 +121,15 @@ def test_mutants_listed_per_package_read_from_the_folder() -> None:
         len(tool.load_mutants(tool.MUTANTS_DIR / f)) for f in files
     )
     packages = {m.file.split("/")[0] for m in mutants}
-    assert {"distmatch", "trl_ext", "axolotl_distmatch", "distmatch_hooks", "eval_tasks", "tools", "docs"} <= packages
+    assert {
+        "distmatch",
+        "trl_ext",
+        "axolotl_distmatch",
+        "distmatch_hooks",
+        "eval_tasks",
+        "tools",
+        "docs",
+    } <= packages
 
 
 def test_only_exit_one_counts_as_caught() -> None:
