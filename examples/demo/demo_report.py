@@ -76,9 +76,9 @@ def format_table(rows: Sequence[Mapping[str, Any]], *, markdown: bool, with_se: 
     if markdown:
         return "\n".join(table(header, body))
     widths = [max(len(h), *(len(c[i]) for c in body)) for i, h in enumerate(header)]
-    fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths))
+    line = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths))
     return "\n".join(
-        [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*c) for c in body)]
+        [line.format(*header), line.format(*("-" * w for w in widths)), *(line.format(*c) for c in body)]
     )
 
 
@@ -105,6 +105,7 @@ def differences(results: Sequence[Mapping[str, Any]], reference: str = "ce") -> 
 
 
 def _excerpt(text: str, limit: int = 160) -> str:
+    """A sample on one line (lines joined by ' / '), cut at `limit` characters; `table` escapes its '|'."""
     flat = " / ".join(line.strip() for line in text.strip().splitlines() if line.strip())
     return (flat[: limit - 1] + "…") if len(flat) > limit else (flat or "(empty)")
 
