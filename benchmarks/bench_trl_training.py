@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import json
 import os
 import platform
@@ -52,11 +53,11 @@ def log(message: str) -> None:
     print(f"[bench-train {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _demo_module():
-    sys.path.insert(0, str(DEMO_DIR))
-    import run_demo
-
-    return run_demo
+def _demo_module(name: str):
+    """A module of the demo (examples/demo/<name>.py; the demo's modules import each other as top-level modules)."""
+    if str(DEMO_DIR) not in sys.path:
+        sys.path.insert(0, str(DEMO_DIR))
+    return importlib.import_module(name)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -69,7 +70,7 @@ def run_worker(case: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
 
     sys.path.insert(0, str(REPO_ROOT))
-    demo = _demo_module()
+    demo = _demo_module("demo_train")
 
     torch.set_num_threads(case["threads"])
     cuda = case["device"].startswith("cuda")
@@ -104,13 +105,13 @@ def run_worker(case: dict) -> dict:
     if case["loss"] == BASELINE:
         from trl import SFTConfig, SFTTrainer
 
-        args = SFTConfig(loss_type="nll", **common, **demo._no_checkpointing(SFTConfig))
+        args = SFTConfig(loss_type="nll", **common, **demo.no_checkpointing(SFTConfig))
         trainer_class = SFTTrainer
     else:
         from trl_ext.config import DistMatchSFTConfig
         from trl_ext.trainer import DistMatchSFTTrainer
 
-        args = DistMatchSFTConfig(loss=case["loss"], **common, **demo._no_checkpointing(DistMatchSFTConfig))
+        args = DistMatchSFTConfig(loss=case["loss"], **common, **demo.no_checkpointing(DistMatchSFTConfig))
         trainer_class = DistMatchSFTTrainer
 
     steps: list[dict] = []
@@ -279,8 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--model {model}: not a Hugging Face model folder (no config.json)", file=sys.stderr)
             return 2
     else:
-        demo = _demo_module()
-        model = demo.ensure_smollm2(demo.DemoConfig().resolved_cache_dir(), log)
+        cache_dir = _demo_module("demo_config").DemoConfig().resolved_cache_dir()
+        model = _demo_module("demo_model").ensure_smollm2(cache_dir, log)
     import tempfile
 
     meta = {

@@ -25,7 +25,9 @@ probability of a checkpoint on a dataset; a prompt's next-token distribution as 
 The functions live in one module per metric family (:mod:`~eval_tasks.metrics.ngram`,
 :mod:`~eval_tasks.metrics.bleu`, :mod:`~eval_tasks.metrics.sentence_bert`, :mod:`~eval_tasks.metrics.corpus`,
 :mod:`~eval_tasks.metrics.mauve`, :mod:`~eval_tasks.metrics.next_token`); the metric names in
-:mod:`~eval_tasks.metrics.names`. Importing this package needs nothing beyond the standard library; numpy, nltk, sacrebleu, sentence-transformers,
+:mod:`~eval_tasks.metrics.names`; :func:`mean_se` / :func:`paired_differences` (:mod:`~eval_tasks.metrics.paired`):
+standard errors over prompts and paired differences of two runs. Importing this package needs nothing beyond the
+standard library; numpy, nltk, sacrebleu, sentence-transformers,
 mauve-text and torch/transformers are imported when a function needs them (missing ones raise an ``ImportError``
 naming ``pip install 'distmatch[eval]'``).
 
@@ -58,6 +60,7 @@ from eval_tasks.metrics.next_token import (
     next_token_stats,
 )
 from eval_tasks.metrics.ngram import distinct_n, ngram_diversity, word_tokenize
+from eval_tasks.metrics.paired import mean_se, paired_differences
 from eval_tasks.metrics.sentence_bert import (
     DEFAULT_SBERT_MODEL,
     GEM_SBERT_MODEL,
@@ -86,9 +89,11 @@ __all__ = [
     "distinct_n",
     "load_sbert",
     "mauve_score",
+    "mean_se",
     "next_token_distribution",
     "next_token_stats",
     "ngram_diversity",
+    "paired_differences",
     "resolve_sbert_model",
     "sbert_description",
     "sbert_diversity",

