@@ -216,3 +216,15 @@ def test_the_pages_list_every_loss() -> None:
     assert f"# others: {plain}.\n" in (REPO / "examples/axolotl/tiny-cpu.yaml").read_text(encoding="utf-8")
     code = ", ".join(f"`{name}`" for name in LOSS_NAMES)
     assert f"a distmatch loss ({code}) or" in (REPO / "docs/trl.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_table_of_the_losses_names_each_once() -> None:
+    """The README's hand-written table (a line of prose per family) names every registered loss, each once."""
+    from trl_ext.losses import LOSS_NAMES
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    table = text.split("## The losses\n", 1)[1].strip().split("\n\n", 1)[0]
+    names = [
+        cell.strip().strip("`") for line in table.splitlines()[2:] for cell in line.split("|")[1].split(",")
+    ]
+    assert sorted(names) == sorted(LOSS_NAMES)
