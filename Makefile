@@ -81,15 +81,15 @@ endif
 LOSS_TESTS := tests/losses
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env
 
-.PHONY: help demo test mutants lint format configs venvs clean-venvs clean test-core test-axolotl test-opencompass \
+.PHONY: help demo test mutants lint format generate venvs clean-venvs clean test-core test-axolotl test-opencompass \
 	test-axolotl-latest $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) FORCE
 
 help:
 	@echo "make demo         fine-tune SmolLM2-135M with ce / gem_ls / emo and compare them (creates .venv on first use)"
 	@echo "make test         lint + the whole test suite in all four venvs (creates them on first use)"
 	@echo "make venvs        create/update .venv, .venv-axolotl, .venv-axolotl-latest, .venv-opencompass"
-	@echo "make lint|format  ruff check + format check + generated task configs check | ruff fix + format"
-	@echo "make configs      regenerate the NLU task configs from eval_tasks/nlu.py (tools/generate_task_configs.py)"
+	@echo "make lint|format  ruff check + format check + generated files check | ruff fix + format"
+	@echo "make generate     rewrite what tools/generate.py derives from the loss specs and the NLU task table"
 	@echo "make test-core|test-axolotl|test-axolotl-latest|test-opencompass   one venv's tests"
 	@echo "make mutants      mutation check: every wrong change in tools/mutants/*.toml must fail its tests (slow)"
 	@echo "make clean-venvs  delete the four venvs;  make clean  delete caches and build outputs"
@@ -213,10 +213,11 @@ demo: $(CORE_STAMP)
 lint: $(CORE_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/python tools/generate_task_configs.py --check
+	$(VENV)/bin/python tools/generate.py --check
 
-configs: $(CORE_STAMP)
-	$(VENV)/bin/python tools/generate_task_configs.py
+# Everything derived from the loss specs and the NLU task table (docs/development.md "Generated files").
+generate: $(CORE_STAMP)
+	$(VENV)/bin/python tools/generate.py
 
 format: $(CORE_STAMP)
 	$(VENV)/bin/ruff check --fix .

@@ -16,30 +16,17 @@ import os
 import sys
 from collections.abc import Callable
 
+from distmatch._loss_names import LOSS_OPTION_NAMES, RUN_OPTION_NAMES  # noqa: F401 (re-exported)
 from distmatch.errors import stderr_line
 
 OFF_VALUES = ("0", "false", "no", "off")
 
 ENV_DEBUG = "DISTMATCH_DEBUG"
-#: The loss options' config keys, the same in TRL and Axolotl (the hooks must not import `trl_ext.options`: it imports
-#: torch). Kept equal to `trl_ext.options.LOSS_OPTIONS` by the tests.
-LOSS_OPTION_NAMES = (
-    "gem_beta",
-    "emo_cost_embedding",
-    "emo_weighting",
-    "emo_ratio_clamp",
-    "ce_entropy_coef",
-    "tailr_gamma",
-    "tailr_min_weight",
-    "tailr_variant",
-    "mixce_gamma",
-    "eaft_alpha",
-    "eaft_k",
-)
-#: Any option starting with one of these also counts (future EMO options).
+#: The loss options' config keys (the same in TRL and Axolotl) and the distmatch settings that are not loss options
+#: (`trl_ext.resume`): the hooks must not import `trl_ext` (it imports torch), so `python tools/generate.py` writes
+#: them from the loss specs into the torch-free `distmatch._loss_names` (`--check` fails when they differ).
+#: Any option starting with one of the prefixes also counts (future EMO options).
 LOSS_OPTION_PREFIXES = ("emo_",)
-#: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).
-RUN_OPTION_NAMES = ("allow_loss_change",)
 
 
 def switched_on(variable: str) -> bool:

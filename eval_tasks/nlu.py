@@ -248,7 +248,7 @@ MMLU = MMLUSpec()
 
 #: The eight tasks of the group ``distmatch_nlu`` (the paper's "average over 8 datasets"), in Table 3's order:
 #: the table above, then MMLU. The lm-eval YAMLs and OpenCompass configs of these tasks are generated from here
-#: (``python tools/generate_task_configs.py``).
+#: (``python tools/generate.py``).
 NLU_TASK_NAMES = (*(spec.task for spec in ICL_TASKS.values()), MMLU.task)
 
 

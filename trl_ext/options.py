@@ -3,8 +3,9 @@
 Nothing is declared here: every option is defined by the loss that uses it (`trl_ext.losses.objectives`, see
 `LossSpec.options`) and collected by the registry. `LOSS_OPTIONS` lists them with their default, help and the
 losses they apply to; `loss_params` maps a loss name and the options to the keyword parameters of
-`trl_ext.losses.token_loss` / `fused_token_loss` (and validates them there). `python -m trl_ext.options` prints
-the documentation tables (docs/losses.md) built from the specs.
+`trl_ext.losses.token_loss` / `fused_token_loss` (and validates them there). `losses_table` / `options_table` are
+the documentation tables built from the specs: `python tools/generate.py` writes them into docs/losses.md
+(`python -m trl_ext.options` prints them).
 """
 
 from __future__ import annotations

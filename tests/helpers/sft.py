@@ -14,10 +14,12 @@ import trl
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_ext.config import DistMatchSFTConfig
+from trl_ext.losses import LOSS_NAMES
 from trl_ext.model_forward import LossRequest
 from trl_ext.trainer import DistMatchSFTTrainer
 
-OUR_LOSSES = ("ce", "emo", "gem_linear", "gem_ls", "ce_entropy", "tailr", "mixce", "dft", "eaft")
+#: Every loss of the registry (a new loss is trained by the parametrized trainer tests without editing a list).
+OUR_LOSSES = tuple(LOSS_NAMES)
 TRL_VERSION = trl.__version__
 
 # One plain SGD step, no clipping, fixed order: parameter deltas are the gradients (reduction and resume tests).

@@ -12,7 +12,8 @@ import pytest
 
 import distmatch_hooks.axolotl as axolotl_hook
 import distmatch_hooks.trl as trl_hook
-from tests.helpers.option_cases import INVALID, VALID, case_id
+from distmatch._loss_names import LOSS_NAMES, LOSS_OPTION_NAMES
+from tests.helpers.option_cases import DEFAULT_PARAMS, INVALID, OPTION_PARAMS, VALID, case_id
 
 #: Every option once at 0 (valid or not: a refusal also needs the hook), then the table's edge values.
 VALUES: list[tuple[str, Any]] = [
@@ -21,6 +22,15 @@ VALUES: list[tuple[str, Any]] = [
     *VALID,
     *INVALID,
 ]
+
+
+def test_the_option_table_covers_every_loss_and_option():
+    """A new loss or option (the names generated from the specs) needs its rows in tests/helpers/option_cases.py."""
+    assert set(DEFAULT_PARAMS) == set(LOSS_NAMES)
+    assert {*OPTION_PARAMS, "emo_cost_embedding"} == set(
+        LOSS_OPTION_NAMES
+    )  # the cost embedding: a source, no value
+    assert {option for option, _ in VALID} == set(OPTION_PARAMS)
 
 
 @pytest.mark.parametrize(("option", "value"), VALUES, ids=[case_id(*c) for c in VALUES])

@@ -85,66 +85,13 @@ def test_configs_cover_every_loss():
 # ---------------------------------------------------------------------------------------------
 
 
-def _readable_autograd(name, z, labels, params):
-    """Readable float64 formulas with stop-gradients, differentiated by autograd (test-side)."""
-    cfg = {**O.DEFAULTS[name], **params}
-    y = labels.long()
-    valid = y != -100
-    ys = torch.where(valid, y, torch.zeros_like(y))
-    logp = torch.log_softmax(z, dim=1)
-    p = logp.exp()
-    ell = -logp.gather(1, ys[:, None]).squeeze(1)
-    zy = z.gather(1, ys[:, None]).squeeze(1)
-    py = p.gather(1, ys[:, None]).squeeze(1)
-    if name == "ce":
-        out = ell
-    elif name == "gem_linear":
-        q = torch.softmax(z / cfg["beta"], dim=1).detach()
-        out = -(q * (logp.gather(1, ys[:, None]) - logp)).sum(dim=1)
-    elif name == "gem_ls":
-        q = torch.softmax(z / cfg["beta"], dim=1).detach()
-        w = torch.sigmoid(0.01 * (z - zy[:, None])).detach()
-        out = -(q * w * (logp.gather(1, ys[:, None]) - logp)).sum(dim=1)
-    elif name == "emo":
-        eh = O.normalise_rows(cfg["cost_embedding"])
-        s = eh[ys] @ eh.T
-        demd = 1 - (p * s).sum(dim=1)
-        e = demd + (py * s.gather(1, ys[:, None]).squeeze(1)).detach()
-        if cfg["weighting"] == "emo1":
-            ratio = (ell / (e + 1e-10)).detach()
-            if cfg["ratio_clamp"] is not None:
-                ratio = torch.clamp(ratio, max=cfg["ratio_clamp"])
-            out = 0.5 * (ell + ratio * e)
-        else:
-            out = (e / (ell + 1e-10)).detach() * ell + e
-    elif name == "ce_entropy":
-        out = ell - cfg["entropy_coef"] * (-(p * logp).sum(dim=1))
-    elif name == "tailr":
-        g, lo, pd = cfg["gamma"], cfg["min_weight"], py.detach()
-        if cfg["variant"] == "tailr":
-            w = torch.clamp(pd / (g + (1 - g) * pd), lo, 1.0)
-            out = w * ell
-        else:  # the EMO code's tvd: gamma * l + (1 - gamma) * clamp(...) * l
-            out = g * ell + (1 - g) * torch.clamp(pd / ((1 - g) + g * pd), lo, 1.0) * ell
-    elif name == "mixce":
-        out = (cfg["gamma"] + (1 - cfg["gamma"]) * py.detach()) * ell
-    elif name == "dft":
-        out = py.detach() * ell
-    elif name == "eaft":
-        top = torch.topk(z.detach(), min(cfg["k"], z.shape[1]), dim=1).values
-        q = torch.softmax(top, dim=1)
-        entropy = -(q * torch.log(q)).sum(dim=1)
-        out = (entropy / 3.0) ** cfg["alpha"] * ell
-    return out * valid.double()
-
-
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
 def test_oracle_self_consistency(cfg):
     name, params = cfg
     logits, labels = make_logits(seed=3)
     params = with_emb(name, params, make_cost_embedding(13, 5, seed=3))
     z = logits.clone().requires_grad_(True)
-    val = _readable_autograd(name, z, labels, params)
+    val = O.readable(name, z, labels, params)  # the readable sg-formula, differentiated by autograd
     g = upstream("random", 9, 3, F64)
     (val * g).sum().backward()
     orc = O.oracle(name, logits, labels, **params)

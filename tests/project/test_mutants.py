@@ -110,7 +110,7 @@ def test_setup_is_read_and_a_missing_setup_script_is_reported(tmp_path: Path) ->
     (tmp_path / "tools" / "gen.py").write_text("")
     assert tool.problems([mutant], root=tmp_path) == []
     (listed_mutant,) = [m for m in tool.load_mutants() if m.id == "nlu_group_weighted_by_size"]
-    assert listed_mutant.setup == ("tools/generate_task_configs.py",)
+    assert listed_mutant.setup == ("tools/generate.py",)
 
 
 def test_mutants_listed_per_package_read_from_the_folder() -> None:

@@ -1,8 +1,9 @@
-"""Write the per-task lm-eval YAMLs and OpenCompass configs of the in-context NLU suite from ``eval_tasks/nlu.py``.
+"""The per-task lm-eval YAMLs and OpenCompass configs of the in-context NLU suite, from ``eval_tasks/nlu.py``.
 
-The task table (``eval_tasks.nlu.ICL_TASKS``, ``MMLU`` and ``NLU_TASK_NAMES``) is the one place the NLU tasks are
-listed. From it this script writes, in the way lm-eval's ``_generate_configs.py`` scripts write per-subject YAMLs
-that ``include`` a hand-written template:
+Written by ``python tools/generate.py`` (``make generate``; this module only renders the text, the tool compares and
+writes). The task table (``eval_tasks.nlu.ICL_TASKS``, ``MMLU`` and ``NLU_TASK_NAMES``) is the one place the NLU
+tasks are listed. From it, in the way lm-eval's ``_generate_configs.py`` scripts write per-subject YAMLs that
+``include`` a hand-written template:
 
 * ``eval_tasks/lm_eval_tasks/distmatch_<key>.yaml`` (one per retrieval task, including ``_icl_template_yaml``) and
   the group ``distmatch_nlu.yaml``;
@@ -10,30 +11,20 @@ that ``include`` a hand-written template:
   suites ``distmatch_nlu_topk_ppl.py`` and ``distmatch_nlu_emo_code_topk_ppl.py``;
 * the summarizers ``eval_tasks/opencompass_configs/summarizers/distmatch_nlu{,_emo_code}.py``.
 
-Every written file starts with a comment naming this command. The shared templates (``_icl_template_yaml``), MMLU
+Every written file starts with a comment naming the command. The shared templates (``_icl_template_yaml``), MMLU
 (``distmatch_mmlu.yaml``, ``distmatch_mmlu_ppl.py``: one task over 57 subjects, not of the per-task shape), IFEval
 and the creative-writing files are written by hand.
-
-    python tools/generate_task_configs.py            rewrite the generated files
-    python tools/generate_task_configs.py --check    exit 1, naming each stale file, if a committed one differs
-    python tools/generate_task_configs.py --root D   write / check under D instead of the repository
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from string import Template
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # run as a script from anywhere: import this checkout's eval_tasks
-    sys.path.insert(0, str(REPO))
+from eval_tasks import nlu
 
-from eval_tasks import nlu  # noqa: E402
-
-COMMAND = "python tools/generate_task_configs.py"
+COMMAND = "python tools/generate.py"
 LM_EVAL_DIR = Path("eval_tasks/lm_eval_tasks")
 OC_DATASETS_DIR = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 OC_SUMMARIZERS_DIR = Path("eval_tasks/opencompass_configs/summarizers")
@@ -367,44 +358,3 @@ def leftovers(root: Path, keep: set[Path]) -> list[Path]:
 def _is_generated(path: Path) -> bool:
     with path.open(encoding="utf-8", errors="replace") as f:
         return f"by `{COMMAND}`" in f.readline()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 naming each file that differs"
-    )
-    parser.add_argument("--root", type=Path, default=REPO, help="repository root to write or check under")
-    args = parser.parse_args(argv)
-    files = generated_files()
-    stale = []
-    for rel, render in files.items():
-        path = args.root / rel
-        text = render()
-        current = path.read_text(encoding="utf-8") if path.is_file() else None
-        if current == text:
-            continue
-        if args.check:
-            why = "missing" if current is None else "differs from what the generator writes"
-            stale.append(f"{rel}: {why}")
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {rel}")
-    for rel in leftovers(args.root, set(files)):
-        if args.check:
-            stale.append(f"{rel}: generated, but its task is not in the table any more (remove it)")
-        else:
-            (args.root / rel).unlink()
-            print(f"removed {rel}")
-    if stale:
-        print(
-            "stale generated task configs (run `" + COMMAND + "` and commit):\n  " + "\n  ".join(stale),
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

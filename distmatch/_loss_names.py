@@ -1,0 +1,35 @@
+# Generated from the loss specs by `python tools/generate.py`; do not edit (`--check` compares).
+"""The names of the losses and of their options, for the layers that must not import torch.
+
+Written from `trl_ext.losses.LOSS_NAMES`, `trl_ext.losses.registry.OPTIONS` and `trl_ext.resume`; the
+activation hooks read them through `distmatch_hooks._common`.
+"""
+
+#: The losses of `trl_ext.losses`, in the registry's order.
+LOSS_NAMES = (
+    "ce",
+    "emo",
+    "gem_linear",
+    "gem_ls",
+    "ce_entropy",
+    "tailr",
+    "mixce",
+    "dft",
+    "eaft",
+)
+#: The loss options' config keys, the same in TRL and Axolotl (`trl_ext.options.LOSS_OPTIONS`).
+LOSS_OPTION_NAMES = (
+    "emo_cost_embedding",
+    "emo_weighting",
+    "emo_ratio_clamp",
+    "gem_beta",
+    "ce_entropy_coef",
+    "tailr_gamma",
+    "tailr_min_weight",
+    "tailr_variant",
+    "mixce_gamma",
+    "eaft_alpha",
+    "eaft_k",
+)
+#: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).
+RUN_OPTION_NAMES = ("allow_loss_change",)
