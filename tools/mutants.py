@@ -187,6 +187,37 @@ def run_setup(copy: Path, venv: str, setup: tuple[str, ...], log: Path) -> int:
     return run_in_copy(copy, venv, list(setup), log, timeout=600, append=True)
 
 
+def split_selection(tests: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """(the other pytest arguments, the `-k` expression or None) of a mutant's `tests`."""
+    rest: list[str] = []
+    keyword = None
+    args = iter(tests)
+    for arg in args:
+        if arg == "-k":
+            keyword = next(args)
+        else:
+            rest.append(arg)
+    return tuple(rest), keyword
+
+
+def baseline_runs(selections: list[tuple[str, tuple[str, ...]]]) -> list[tuple[str, tuple[str, ...]]]:
+    """One unmodified run per venv and set of test files: the selections that differ only in `-k` run together
+    (`-k "(a) or (b)"`, or without `-k` when one of them has none), so pytest starts once per file set."""
+    groups: dict[tuple[str, tuple[str, ...]], list[str | None]] = {}
+    for venv, tests in selections:
+        rest, keyword = split_selection(tests)
+        groups.setdefault((venv, rest), []).append(keyword)
+    runs = []
+    for (venv, rest), keywords in sorted(groups.items()):
+        if None in keywords:
+            runs.append((venv, rest))
+        else:
+            unique = sorted(set(k for k in keywords if k is not None))
+            expression = unique[0] if len(unique) == 1 else " or ".join(f"({k})" for k in unique)
+            runs.append((venv, (*rest, "-k", expression)))
+    return runs
+
+
 def verdict(rc: int) -> str:
     return {0: "SURVIVED", 1: "caught"}.get(rc, f"ERROR (pytest exit {rc})")
 
@@ -314,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, tuple[str, float]] = {}
     try:
         if not args.no_baseline:
-            selections = sorted({(m.venv, m.tests) for m in mutants})
+            selections = baseline_runs(sorted({(m.venv, m.tests) for m in mutants}))
             failed: list[str] = []
 
             def baseline(item: tuple[int, tuple[str, tuple[str, ...]]], copy: Path) -> None:

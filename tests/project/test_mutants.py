@@ -184,3 +184,23 @@ def test_parallel_run_reports_caught_and_survived_and_leaves_the_tree_alone(
     assert tool.main(["--since", "HEAD", "--list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in listed] == ["add_subtracts", "unused_changed"]
+
+
+def test_baselines_run_once_per_file_set() -> None:
+    tool = _tool()
+    selections = [
+        (".venv", ("tests/a.py", "-k", "x")),
+        (".venv", ("tests/a.py", "-k", "y and not z")),
+        (".venv", ("tests/a.py", "tests/b.py", "-k", "x")),
+        (".venv", ("tests/c.py",)),
+        (".venv", ("tests/c.py", "-k", "w")),
+        (".venv-axolotl", ("tests/a.py", "-k", "x")),
+    ]
+    assert tool.baseline_runs(selections) == [
+        (".venv", ("tests/a.py", "-k", "(x) or (y and not z)")),
+        (".venv", ("tests/a.py", "tests/b.py", "-k", "x")),
+        (".venv", ("tests/c.py",)),  # one selection runs the whole file: so does the baseline
+        (".venv-axolotl", ("tests/a.py", "-k", "x")),
+    ]
+    listed = {(m.venv, m.tests) for m in tool.load_mutants()}
+    assert len(tool.baseline_runs(sorted(listed))) < len(listed)
