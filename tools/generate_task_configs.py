@@ -32,15 +32,16 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import this chec
     sys.path.insert(0, str(REPO))
 
 from eval_tasks import nlu  # noqa: E402
+from eval_tasks.task_options import TASK_OPTIONS  # noqa: E402
 
 COMMAND = "python tools/generate_task_configs.py"
 LM_EVAL_DIR = Path("eval_tasks/lm_eval_tasks")
 OC_DATASETS_DIR = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 OC_SUMMARIZERS_DIR = Path("eval_tasks/opencompass_configs/summarizers")
 
-#: OpenCompass's TopK retriever as the EMO paper ran it (OpenICL defaults of the EMO code).
-OC_ICE_NUM = 8
-OC_RETRIEVER_MODEL = "sentence-transformers/all-mpnet-base-v2"
+#: OpenCompass's TopK retriever as the EMO paper ran it (OpenICL defaults of the EMO code): the lm-eval tasks' defaults.
+OC_ICE_NUM = TASK_OPTIONS["ice_num"].default
+OC_RETRIEVER_MODEL = TASK_OPTIONS["retriever_model"].default
 OC_RETRIEVER_TOKENIZER = "gpt2-xl"
 LINE_LENGTH = 110  # pyproject.toml's ruff line length: generated code is wrapped as `ruff format` would
 

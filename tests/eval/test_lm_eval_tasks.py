@@ -807,7 +807,7 @@ def test_wheel_run_distmatch_nlu_without_include_path(
 
 def test_task_options_table_checks() -> None:
     from distmatch.errors import DistMatchConfigError
-    from eval_tasks.lm_eval_tasks.options import TASK_OPTIONS, check_task_options
+    from eval_tasks.task_options import TASK_OPTIONS, check_task_options
 
     check_task_options({"template": "emo_code", "ice_num": 0, "num_samples": 2, "version": 1.0}, [])
     check_task_options({"pretrained": "m", "dtype": "float32"}, ["pretrained", "dtype"])  # model args pass
@@ -841,13 +841,13 @@ def test_bad_task_options_refused_before_the_model_loads(
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
     (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
-    assert expected in line and "Valid options: template, ice_num" in line, line
+    assert expected in line and "Valid options: protocol, retriever_model, template" in line, line
     assert "Initializing hf model" not in output  # before the model
 
 
 def test_options_a_task_does_not_read_table_checks() -> None:
     from distmatch.errors import DistMatchConfigError
-    from eval_tasks.lm_eval_tasks.options import check_options_apply, preflight
+    from eval_tasks.lm_eval_tasks.preflight import check_options_apply, preflight
 
     with pytest.raises(
         DistMatchConfigError, match=r"protocol='gem_official' is for the creative writing tasks"
