@@ -2,7 +2,7 @@
 
 The per-task lm-eval YAMLs, the group `distmatch_nlu.yaml`, the OpenCompass `*_topk_ppl.py` files, the two suites
 and the two summarizers are written from `eval_tasks/nlu.py`'s task table; `--check` compares the committed files
-with what the script would write. What the files *do* is tested by tests/eval/test_lm_eval_tasks.py and
+with what the script would write. What the files *do* is tested by tests/eval/lm_eval_tasks/ and
 tests/eval/opencompass/test_configs.py.
 """
 
