@@ -135,7 +135,7 @@ def _called_by_cli(frame: object) -> bool:
 
 def patch_simple_evaluate(module: object) -> bool:
     """Wrap ``simple_evaluate`` so that a run with ``distmatch_*`` tasks checks their options and local data
-    (``eval_tasks.lm_eval_tasks.options.preflight``) before the model is built. Called by lm-eval's command line, a
+    (``eval_tasks.lm_eval_tasks.preflight.preflight``) before the model is built. Called by lm-eval's command line, a
     refusal is one ``error: ...`` line on stderr and exit status 2; Python callers get the ``DistMatchConfigError``."""
     original = getattr(module, "simple_evaluate", None)
     if original is None or getattr(original, "_distmatch_wrapped", False):
@@ -151,7 +151,7 @@ def patch_simple_evaluate(module: object) -> bool:
         tasks = bound.get("tasks") or []
         tasks = [tasks] if isinstance(tasks, str) else list(tasks)
         if any(isinstance(t, str) and t.startswith("distmatch_") for t in tasks):
-            from eval_tasks.lm_eval_tasks.options import preflight
+            from eval_tasks.lm_eval_tasks.preflight import preflight
 
             try:
                 preflight(tasks, bound.get("metadata"), _model_arg_names(bound.get("model_args")))

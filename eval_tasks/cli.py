@@ -37,6 +37,7 @@ from eval_tasks import metrics as M
 from eval_tasks import results, samples
 from eval_tasks.generation import GEM_GENERATION
 from eval_tasks.samples import InputError
+from eval_tasks.task_options import PROTOCOLS, TASK_OPTIONS, resolve
 
 __all__ = ["build_parser", "main"]
 
@@ -153,11 +154,18 @@ def cmd_diversity(args: argparse.Namespace) -> int:
     bad = [m for m in metrics if m not in (*M.METRICS, M.MAUVE)]
     if bad or not metrics:
         raise InputError(f"--metrics: unknown {bad or metrics}; valid: {', '.join((*M.METRICS, M.MAUVE))}.")
-    gem_official = args.protocol == "gem_official"
-    gem_compat = bool(args.gem_compat or gem_official)
-    scoring = args.scoring or ("prompt+response" if gem_compat else "response")
+    # The creative-writing task options (explicit flag > --protocol preset > default); --gem-compat alone also
+    # scores prompt + response unless --scoring says otherwise, as GEM's script did.
+    options = {
+        "protocol": args.protocol,
+        "gem_compat": args.gem_compat or None,
+        "scoring": args.scoring or ("prompt+response" if args.gem_compat else None),
+        "sbert_model": args.sbert_model,
+    }
+    resolved = resolve("creative", options, "distmatch-eval diversity")
+    gem_compat, scoring = resolved["gem_compat"], resolved["scoring"]
     sbert_model, sbert_note = args.sbert_model, None
-    if gem_official and sbert_model is None and "sbert" in args.metrics:
+    if sbert_model is None and resolved["sbert_model"] == "paper" and "sbert" in args.metrics:
         sbert_model, sbert_note = results.paper_sbert_or_default(args.device)
     meta = records[0].get("meta") if isinstance(records[0].get("meta"), dict) else None
     benchmark = (
@@ -310,8 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--protocol",
-        choices=("default", "gem_official"),
-        default="default",
+        choices=[name for name, preset in PROTOCOLS.items() if "creative" in preset["families"]],
+        default=TASK_OPTIONS["protocol"].default,
         help="gem_official: GEM's published protocol (Table 2) in one switch - prompt+response scoring, Self-BLEU "
         "against the first other sample (--gem-compat) and the paper's bert-large-nli-stsb-mean-tokens when it can "
         "be loaded (else the offline default, with a warning and a recorded protocol difference); --scoring and "
@@ -324,7 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
         "is given) prompt+response scoring",
     )
     d.add_argument(
-        "--scoring", choices=("response", "prompt+response"), help="default: response (gem-compat: both)"
+        "--scoring",
+        choices=TASK_OPTIONS["scoring"].choices,
+        help=f"default: {TASK_OPTIONS['scoring'].default} (gem-compat: both)",
     )
     d.add_argument(
         "--sbert-model",

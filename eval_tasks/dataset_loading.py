@@ -19,12 +19,12 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from distmatch.optional import require
 from eval_tasks import nlu, retrieval
+from eval_tasks.task_options import TASK_OPTIONS
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -36,10 +36,9 @@ __all__ = [
     "load_arguments",
     "load_split",
     "mmlu_documents",
-    "option",
 ]
 
-DATA_DIR_ENV = "DISTMATCH_EVAL_DATA_DIR"
+DATA_DIR_ENV: str = TASK_OPTIONS["data_dir"].env  # type: ignore[assignment]
 _LOCAL_FORMATS = (("jsonl", "json"), ("json", "json"), ("parquet", "parquet"))
 
 #: IFEval (GEM section 5.1 / Table 1): the 541 prompts of google/IFEval.
@@ -48,14 +47,6 @@ IFEVAL = {"key": "ifeval", "path": "google/IFEval", "name": None, "revision": "m
 
 class DataUnavailableError(RuntimeError):
     """An evaluation dataset cannot be loaded (offline and not cached, or a local file is missing)."""
-
-
-def option(options: Mapping[str, Any], name: str, env: str | None = None, default: Any = None) -> Any:
-    """A task option: ``options[name]`` if given (not None / ""), else ``$env`` if set, else `default`."""
-    value = options.get(name)
-    if value is None or value == "":
-        value = os.environ.get(env) if env else None
-    return default if value is None or value == "" else value
 
 
 def _split_base(split: str) -> str:
@@ -137,14 +128,14 @@ def load_split(
 def icl_documents(
     key: str,
     *,
-    template: str = "paper",
+    template: str = TASK_OPTIONS["template"].default,
     retriever_model: str | None = None,
-    ice_num: int = 8,
+    ice_num: int = TASK_OPTIONS["ice_num"].default,
     data_dir: str | None = None,
     cache_dir: str | bool | None = None,
     device: str | None = None,
-    batch_size: int = 64,
-    openicl_round_trip: bool = False,
+    batch_size: int = TASK_OPTIONS["retriever_batch_size"].default,
+    openicl_round_trip: bool = TASK_OPTIONS["openicl_round_trip"].default,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The evaluation documents of one classification task (:func:`eval_tasks.nlu.build_icl_rows`) + retrieval info.
 

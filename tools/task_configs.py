@@ -23,15 +23,16 @@ from pathlib import Path
 from string import Template
 
 from eval_tasks import nlu
+from eval_tasks.task_options import TASK_OPTIONS
 
 COMMAND = "python tools/generate.py"
 LM_EVAL_DIR = Path("eval_tasks/lm_eval_tasks")
 OC_DATASETS_DIR = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 OC_SUMMARIZERS_DIR = Path("eval_tasks/opencompass_configs/summarizers")
 
-#: OpenCompass's TopK retriever as the EMO paper ran it (OpenICL defaults of the EMO code).
-OC_ICE_NUM = 8
-OC_RETRIEVER_MODEL = "sentence-transformers/all-mpnet-base-v2"
+#: OpenCompass's TopK retriever as the EMO paper ran it (OpenICL defaults of the EMO code): the lm-eval tasks' defaults.
+OC_ICE_NUM = TASK_OPTIONS["ice_num"].default
+OC_RETRIEVER_MODEL = TASK_OPTIONS["retriever_model"].default
 OC_RETRIEVER_TOKENIZER = "gpt2-xl"
 LINE_LENGTH = 110  # pyproject.toml's ruff line length: generated code is wrapped as `ruff format` would
 

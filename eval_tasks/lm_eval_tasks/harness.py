@@ -2,12 +2,12 @@
 
 Task options come from the task metadata, i.e. lm-eval's ``--metadata '{...}'`` JSON (which also receives the
 ``--model_args``); some also from environment variables. Every option, its default and valid values are in one
-table, :data:`eval_tasks.protocols.TASK_OPTIONS` (the keys the pre-flight check of
-:mod:`eval_tasks.lm_eval_tasks.options` accepts, unknown keys and out-of-range values refused there);
+table, :data:`eval_tasks.task_options.TASK_OPTIONS` (the keys the pre-flight check of
+:mod:`eval_tasks.lm_eval_tasks.preflight` accepts, unknown keys and out-of-range values refused there);
 ``protocol`` (``emo_official``, ``gem_official``) selects a paper's published protocol as a preset of several
-options (:data:`eval_tasks.protocols.PROTOCOLS`). Each task class resolves its family's options once (explicit >
-protocol > default) and writes the resolved values back into its metadata, which lm-eval records in the results
-file.
+options (:data:`eval_tasks.task_options.PROTOCOLS`). Each task class and loader reads its family's options through
+:func:`eval_tasks.task_options.resolve` (explicit > environment variable > protocol > default); the task class
+writes the protocol-relevant values back into its metadata, which lm-eval records in the results file.
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ from lm_eval.api.task import ConfigurableTask  # noqa: E402
 
 from eval_tasks import dataset_loading  # noqa: E402
 from eval_tasks.creative import creative_documents, diversity_scores  # noqa: E402
-from eval_tasks.lm_eval_tasks.options import check_task_options  # noqa: E402
-from eval_tasks.protocols import TASK_OPTIONS, protocol_differences, resolve_options  # noqa: E402
-from eval_tasks.retrieval import DEFAULT_RETRIEVER, RETRIEVER_ENV  # noqa: E402
+from eval_tasks.task_options import (  # noqa: E402
+    check_task_options,
+    protocol_differences,
+    recorded_options,
+    resolve,
+)
 
 __all__ = [
-    "TASK_OPTIONS",
     "DistMatchTask",
     "DiversityTask",
     "ICLTask",
@@ -63,17 +65,16 @@ def _dataset_dict(docs: list[dict[str, Any]] | Any) -> Any:
 def load_icl_dataset(distmatch_task: str, **options: Any) -> Any:
     """Test documents of one retrieval task with demonstrations and per-label full prompts baked in."""
     task = f"distmatch_{distmatch_task}"
-    resolved = resolve_options("icl", options, task)
-    cache = dataset_loading.option(options, "cache_dir")
+    resolved = resolve("icl", options, task)
     docs, info = dataset_loading.icl_documents(
         distmatch_task,
         template=resolved["template"],
-        retriever_model=dataset_loading.option(options, "retriever_model", RETRIEVER_ENV),
-        ice_num=int(dataset_loading.option(options, "ice_num", default=TASK_OPTIONS["ice_num"].default)),
-        data_dir=dataset_loading.option(options, "data_dir", dataset_loading.DATA_DIR_ENV),
-        cache_dir=False if cache is not None and not _flag(cache) else cache,
-        device=dataset_loading.option(options, "retriever_device"),
-        batch_size=int(dataset_loading.option(options, "retriever_batch_size", default=64)),
+        retriever_model=resolved["retriever_model"],
+        ice_num=resolved["ice_num"],
+        data_dir=resolved["data_dir"],
+        cache_dir=resolved["cache_dir"],
+        device=resolved["retriever_device"],
+        batch_size=resolved["retriever_batch_size"],
         openicl_round_trip=resolved["openicl_round_trip"],
     )
     log.info(
@@ -145,24 +146,19 @@ def _token_counts(texts: list[str], options: Mapping[str, Any], task: str) -> di
 
 
 def load_mmlu_dataset(**options: Any) -> Any:
-    return _dataset_dict(
-        dataset_loading.mmlu_documents(
-            data_dir=dataset_loading.option(options, "data_dir", dataset_loading.DATA_DIR_ENV)
-        )
-    )
+    data_dir = resolve("mmlu", options, "distmatch_mmlu")["data_dir"]
+    return _dataset_dict(dataset_loading.mmlu_documents(data_dir=data_dir))
 
 
 def load_ifeval_dataset(**options: Any) -> Any:
     dataset_loading.ensure_punkt_tab()
-    return _dataset_dict(
-        dataset_loading.ifeval_documents(
-            data_dir=dataset_loading.option(options, "data_dir", dataset_loading.DATA_DIR_ENV)
-        )
-    )
+    data_dir = resolve("ifeval", options, "distmatch_ifeval")["data_dir"]
+    return _dataset_dict(dataset_loading.ifeval_documents(data_dir=data_dir))
 
 
 def load_creative_dataset(distmatch_task: str, **options: Any) -> Any:
-    return _dataset_dict(creative_documents(distmatch_task, dataset_loading.option(options, "prompts_file")))
+    prompts_file = resolve("creative", options, f"distmatch_{distmatch_task}_diversity")["prompts_file"]
+    return _dataset_dict(creative_documents(distmatch_task, prompts_file))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -238,7 +234,7 @@ class DistMatchTask(ConfigurableTask):
 
     #: True: the papers ran this task with the model's chat template; False: they did not; None: no advice.
     WANTS_CHAT_TEMPLATE: bool | None = None
-    #: The task family (:data:`eval_tasks.protocols.FAMILIES`): which options and protocols apply.
+    #: The task family (:data:`eval_tasks.task_options.FAMILIES`): which options and protocols apply.
     FAMILY: str = ""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **_: Any) -> None:
@@ -247,12 +243,10 @@ class DistMatchTask(ConfigurableTask):
         self.options: dict[str, Any] = dict(config.get("metadata") or {})
         check_task_options(self.options)  # again here for Python-API users (the hook checks before the model)
         task = str(config.get("task") or type(self).__name__)
-        # Explicit options > protocol preset > defaults; the resolved values go back into the metadata, so the
-        # dataset loader sees them and lm-eval's results file (`configs`) records what was run.
-        self.resolved: dict[str, Any] = (
-            resolve_options(self.FAMILY, self.options, task) if self.FAMILY else {}
-        )
-        self.options.update(self.resolved)
+        # Explicit options > environment variable > protocol preset > defaults; the protocol-relevant values go back
+        # into the metadata, so the dataset loader sees them and lm-eval's results file (`configs`) records them.
+        self.resolved: dict[str, Any] = resolve(self.FAMILY, self.options, task) if self.FAMILY else {}
+        self.options.update(recorded_options(self.resolved))
         config["metadata"] = dict(self.options)
         self.prepare_config(config)
         super().__init__(config=config)
@@ -294,7 +288,7 @@ class ICLTask(DistMatchTask):
 
     def prepare_config(self, config: dict[str, Any]) -> None:
         # Record the encoder (option, else its environment variable, else the protocol's) in the results file.
-        encoder = dataset_loading.option(self.options, "retriever_model", RETRIEVER_ENV, DEFAULT_RETRIEVER)
+        encoder = self.resolved["retriever_model"]
         config["metadata"]["retriever_model"] = self.options["retriever_model"] = str(encoder)
 
 
@@ -344,17 +338,12 @@ class DiversityTask(DistMatchTask):
     FAMILY = "creative"
 
     def prepare_config(self, config: dict[str, Any]) -> None:
-        samples = self.options.get("num_samples")
-        if samples is not None:
-            k = int(samples)
-            if k < 2:
-                raise ValueError(
-                    f"{config.get('task')}: num_samples must be >= 2 (diversity compares samples), got {k}."
-                )
-            config["repeats"] = k
-            config["filter_list"] = [{"name": "none", "filter": [{"function": "take_first_k", "k": k}]}]
+        # The sample count (>= 2: check_task_options refused fewer) sets the repeats and the filter.
+        k = self.resolved["num_samples"]
+        config["repeats"] = k
+        config["filter_list"] = [{"name": "none", "filter": [{"function": "take_first_k", "k": k}]}]
         self._contexts: dict[Any, str] = {}
-        self._sbert = self.options.get("sbert_model") or None
+        self._sbert = self.resolved["sbert_model"] or None
         if self._sbert is not None and str(self._sbert).lower() in (
             "paper",
             "gem",

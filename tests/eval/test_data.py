@@ -11,7 +11,7 @@ from eval_tasks import nlu
 from tests.helpers.eval_fixtures import write_eval_data
 
 
-@pytest.mark.slow  # as in test_lm_eval_tasks.py, where it came from
+@pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from
 def test_hub_load_arguments() -> None:
     """The real loader's arguments: pinned ids, configs, revisions and splits (AG News pool = first 36,000 rows)."""
     got = {
@@ -53,7 +53,7 @@ def test_hub_load_arguments() -> None:
     }
 
 
-@pytest.mark.slow  # as in test_lm_eval_tasks.py, where it came from
+@pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from
 def test_local_load_arguments(tmp_path: Path) -> None:
     write_eval_data(tmp_path)
     args = data.load_arguments("ag_news", "fancyzhx/ag_news", None, "main", "train[:36000]", tmp_path)

@@ -9,9 +9,9 @@ are accepted by the programs that would run them.
   offline one (`OFFLINE_REPLACEMENTS`).
 * `lm_eval` (family "lm_eval"): lm-eval's own command line parser and `EvaluatorConfig` (what `lm_eval` does before
   it builds anything), its model registry, its task index (our tasks found through the activation hook, no
-  --include_path), then our pre-flight check (`eval_tasks.lm_eval_tasks.options.preflight`, which refuses a
+  --include_path), then our pre-flight check (`eval_tasks.lm_eval_tasks.preflight.preflight`, which refuses a
   protocol of another task family or an option no requested task reads). They need a GPU-sized model and the Hub's
-  data (each says so: `# needs: ...`); tiny real lm-eval runs are in test_lm_eval_tasks.py.
+  data (each says so: `# needs: ...`); tiny real lm-eval runs are in tests/eval/lm_eval_tasks/.
 * `bash examples/reproduce/*.sh` (family "reproduce"): run with DRY_RUN=1, and every `lm_eval` and
   `distmatch-eval nexttoken` command the recipe prints is checked as above.
 """
@@ -235,7 +235,7 @@ def check_lm_eval(argv: list[str], task_manager: Any, where: str, monkeypatch: p
     from lm_eval.config.evaluate_config import EvaluatorConfig
 
     from distmatch.errors import DistMatchConfigError
-    from eval_tasks.lm_eval_tasks.options import preflight
+    from eval_tasks.lm_eval_tasks.preflight import preflight
 
     monkeypatch.setattr(sys, "argv", ["lm_eval", *argv])
     try:

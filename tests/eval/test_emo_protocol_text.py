@@ -13,7 +13,8 @@ import re
 from pathlib import Path
 
 from eval_tasks import dataset_loading, nlu
-from eval_tasks.protocols import TASK_OPTIONS, paper_protocol_check
+from eval_tasks.protocols import paper_protocol_check
+from eval_tasks.task_options import TASK_OPTIONS
 from tests.helpers.env import REPO_ROOT
 
 TEXT = Path(__file__).parent / "fixtures" / "paper_tables" / "emo_icl_protocol_text.txt"

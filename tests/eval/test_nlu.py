@@ -8,7 +8,7 @@ import pytest
 from eval_tasks import nlu
 
 
-@pytest.mark.slow  # as in test_lm_eval_tasks.py, where it came from
+@pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from
 def test_paper_and_emo_code_templates() -> None:
     """The exact strings of the EMO paper's Table 5 (default) and of the EMO code's icl.py (variant)."""
     expected_paper = {
@@ -42,7 +42,7 @@ def test_paper_and_emo_code_templates() -> None:
         nlu.ICL_TASKS["sst2"].template("nope")
 
 
-@pytest.mark.slow  # as in test_lm_eval_tasks.py, where it came from
+@pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from
 def test_build_icl_rows_exact_prompt() -> None:
     spec = nlu.ICL_TASKS["sst2"]
     pool = [{"text": "great fun", "label": 1}, {"text": "dull", "label": 0}, {"text": "fine", "label": 1}]

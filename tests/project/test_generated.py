@@ -2,7 +2,7 @@
 
 From the task table `eval_tasks/nlu.py`: the per-task lm-eval YAMLs, the group `distmatch_nlu.yaml`, the OpenCompass
 `*_topk_ppl.py` files, the two suites and the two summarizers (what the files *do* is tested by
-tests/eval/test_lm_eval_tasks.py and tests/eval/opencompass/test_configs.py). From the loss specs: the torch-free
+tests/eval/lm_eval_tasks/ and tests/eval/opencompass/test_configs.py). From the loss specs: the torch-free
 `distmatch/_loss_names.py` the activation hooks read, the two tables of docs/losses.md and the lists of all loss
 names in the pages (`tools/loss_outputs.py`). `--check` compares the committed files with what the tool would write;
 here it runs on the repository (the CI check) and on edited copies under `--root` (it must name what differs).

