@@ -145,9 +145,8 @@ def compute_request(
     flat_targets = targets.reshape(-1)
     params = dict(request.params)
     scale = _logit_scale(config)
-    needs_cost = (
-        request.live_cost or request.cost_embedding is not None
-    )  # EMO: `cost_embedding.cost_in_forward`
+    # EMO: the cost embedding this forward uses comes from `cost_embedding.cost_in_forward` (below, per path).
+    needs_cost = request.live_cost or request.cost_embedding is not None
     holder: dict[str, Any] = {}
     if path == "fused":
 
