@@ -17,8 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
 from trl_ext.checks import DistMatchConfigError, check_option_usage
-from trl_ext.emo_cost import check_cost_embedding_source, model_vocab_size
-from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, cost_embedding_option, loss_params
+from trl_ext.cost_embedding import check_configured
+from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, loss_params
 
 #: Options that are also Axolotl's own keys (its `use_eaft` reads `eaft_alpha` / `eaft_k`): without a distmatch
 #: `loss` they belong to Axolotl and are not refused.
@@ -170,10 +170,7 @@ def _check_options(raw: Mapping[str, Any]) -> None:
         loss_params(loss, written)  # the TRL config's check: valid in both frameworks or in neither
     except ValueError as err:
         raise DistMatchConfigError(str(err)) from None
-    source = cost_embedding_option(loss)
-    if source is not None and source in written:
-        model = raw.get("base_model_config") or raw.get("base_model")
-        check_cost_embedding_source(written[source], model_vocab_size(model))
+    check_configured(loss, written, raw.get("base_model_config") or raw.get("base_model"))
 
 
 def _option_field(option: Any) -> tuple[Any, Any]:

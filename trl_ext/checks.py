@@ -11,7 +11,7 @@ What is refused (docs/refusals.md):
 * `loss` together with a different explicit `loss_type` (TRL would silently drop one of the two);
 * Liger's fused kernels (`use_liger_kernel`) and label smoothing with a distmatch loss: they replace or alter the
   cross-entropy the distmatch loss takes the place of (Liger's fused forward returns no per-token values at all);
-* an `emo_cost_embedding` that names no loadable model, or one with another vocabulary (`emo_cost.py`).
+* an `emo_cost_embedding` that names no loadable model, or one with another vocabulary (`trl_ext/cost_embedding/`).
 """
 
 from __future__ import annotations

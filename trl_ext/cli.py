@@ -68,7 +68,7 @@ def check_parsed(parsed: Sequence[Any]) -> None:
     model = next((p for p in parsed if hasattr(p, "model_name_or_path")), None)
     if training is None:
         return
-    from .options import DISTMATCH_LOSSES, cost_embedding_option
+    from .options import DISTMATCH_LOSSES
     from .resume import checkpoint_folder, resolve_resume
 
     loss, options = training.distmatch_loss, training.loss_options()
@@ -88,12 +88,9 @@ def check_parsed(parsed: Sequence[Any]) -> None:
         check_output_dir_free(training.output_dir)
     if model is None:
         return
-    source = cost_embedding_option(loss)
-    if source is None:
-        return
-    from .emo_cost import check_cost_embedding_source, model_vocab_size
+    from .cost_embedding import check_configured
 
-    check_cost_embedding_source(options[source], model_vocab_size(model.model_name_or_path))
+    check_configured(loss, options, model.model_name_or_path)
 
 
 def _remove_in_order(items: Sequence[str], removed: Sequence[str]) -> list[str]:

@@ -20,13 +20,12 @@ from .checks import (
     framework_conflicts,
     raise_conflicts,
 )
-from .emo_cost import check_cost_embedding_source
+from .cost_embedding import BUILTIN_SOURCES as EMO_COST_EMBEDDINGS
+from .cost_embedding import check_configured
 from .options import (
     DISTMATCH_LOSSES,
-    EMO_COST_EMBEDDINGS,
     LOSS_OPTIONS,
     OPTION_DEFAULTS,
-    cost_embedding_option,
     loss_params,
     options_of,
 )
@@ -111,9 +110,7 @@ class _DistMatchSFTConfig(SFTConfig):
             # Validate the hyper-parameters (and a cost-embedding model's config) now, not at the first step.
             try:
                 loss_params(self.loss, self.loss_options())
-                source = cost_embedding_option(self.loss)
-                if source is not None:
-                    check_cost_embedding_source(self.loss_options()[source])
+                check_configured(self.loss, self.loss_options())
             except DistMatchConfigError:
                 raise
             except ValueError as err:

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from .emo_cost import model_vocab_size
+from .cost_embedding import resolve_cost_embedding, save_for_debugging, training_vocab_size
 from .losses import LOSSES
-from .model_forward import LossRequest, install_loss_forward, resolve_cost_embedding
+from .model_forward import LossRequest, install_loss_forward
 from .options import DISTMATCH_LOSSES, cost_embedding_option, loss_params
 from .resume import Resume, checkpoint_folder, resolve_resume, used_options, write_record
 from .teardown import release_process_groups_at_exit
@@ -31,10 +31,6 @@ _BASE_STAT_KEYS = (("ce", "ce"), ("entropy", "entropy"), ("mean_token_accuracy",
 _STAT_KEYS = _BASE_STAT_KEYS + tuple(
     dict.fromkeys((stat, stat) for spec in LOSSES.values() for stat in spec.stats)
 )
-
-
-#: Debugging aid: a folder; every rank saves the cost embedding (EMO) it trains with there (`rank<N>.pt`).
-COST_EMBEDDING_DEBUG_ENV = "DISTMATCH_DEBUG_COST_EMBEDDING"
 
 
 #: Options whose value is used as min(value, V): legitimate (the authors' top-k entropy over a vocabulary smaller
@@ -74,31 +70,9 @@ def _has_room(folder: Path, probe_bytes: int = 1 << 20) -> bool:
         probe.unlink(missing_ok=True)
 
 
-def _save_cost_embedding(cost_embedding: torch.Tensor | None) -> None:
-    folder = os.environ.get(COST_EMBEDDING_DEBUG_ENV)
-    if not folder or cost_embedding is None:
-        return
-    import torch.distributed as dist
-
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    torch.save(cost_embedding.detach().cpu(), Path(folder) / f"rank{rank}.pt")
-
-
 def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
     get_base_model = getattr(model, "get_base_model", None)
     return get_base_model() if callable(get_base_model) and hasattr(model, "peft_config") else model
-
-
-def vocab_size(model: Any) -> int | None:
-    """The vocabulary of `model` (a model or a local path; None when unknown), without loading weights."""
-    if isinstance(model, str):
-        return model_vocab_size(model)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    weight = getattr(head, "weight", None)
-    if weight is None:
-        return None
-    return weight.ds_shape[0] if hasattr(weight, "ds_shape") else weight.shape[0]
 
 
 class DistMatchLossMixin:
@@ -124,7 +98,7 @@ class DistMatchLossMixin:
     def setup_distmatch_loss(self, loss: str, options: dict[str, Any]) -> None:
         """Patch the (PEFT-unwrapped) model's forward and resolve EMO's cost embedding, once, on every rank."""
         params = loss_params(loss, options)  # validates before any model work
-        _note_options_capped_by_vocabulary(loss, options, vocab_size(unwrap_peft(self.model)))
+        _note_options_capped_by_vocabulary(loss, options, training_vocab_size(unwrap_peft(self.model)))
         release_process_groups_at_exit()
         target = unwrap_peft(self.model)
         install_loss_forward(target)
@@ -132,7 +106,7 @@ class DistMatchLossMixin:
         source = cost_embedding_option(loss)
         if source is not None:
             cost_embedding, live = resolve_cost_embedding(target, options[source])
-            _save_cost_embedding(cost_embedding)
+            save_for_debugging(cost_embedding)
         self.distmatch_request = LossRequest(
             name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
         )

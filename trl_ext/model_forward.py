@@ -20,6 +20,9 @@ Paths (chosen per call, reported in `DistMatchOutput.path` and logged once per m
   final-logit soft-capping is applied, then `token_loss` in chunks. Used when the head has a PEFT adapter or a
   bias, when the model soft-caps its logits, when the head's weight is a DTensor outside FSDP2 (tensor
   parallelism), or when `force_logits_path` is set.
+
+This module only routes: EMO's cost embedding (which tensor, read when and how, also from a sharded or LoRA-adapted
+head) comes from `trl_ext.cost_embedding.cost_in_forward`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ import torch
 from torch import Tensor, nn
 from transformers.utils import ModelOutput
 
+from .cost_embedding import cost_in_forward
+from .cost_embedding import (
+    frozen_head_copy as frozen_head_copy,  # benchmarks/bench_sharded_loss.py imports it from here
+)
+from .cost_embedding.head import head_sharding, is_dtensor, is_fsdp2_linear
 from .losses import IGNORE_INDEX, TokenStats, fused_token_loss, token_loss
 
 _PATCHED_FLAG = "_distmatch_forward_installed"
@@ -65,10 +73,6 @@ class DistMatchOutput(ModelOutput):
     nonfinite_source: str | None = None  # set when a per-token loss is not finite: where it came from
 
 
-def _is_deepspeed_zero3(param: Tensor) -> bool:
-    return hasattr(param, "ds_id") and hasattr(param, "ds_status")
-
-
 def _logit_scale(config: Any) -> float:
     scale = getattr(config, "logit_scale", None)
     for unsupported in ("output_multiplier", "lm_head_multiplier", "logits_scaling"):
@@ -80,83 +84,22 @@ def _logit_scale(config: Any) -> float:
     return 1.0 if scale is None else float(scale)
 
 
-def _is_dtensor(tensor: Tensor) -> bool:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch without distributed
-        return False
-    return isinstance(tensor, DTensor)
-
-
-def _is_fsdp2_linear(head: nn.Module) -> bool:
-    """An `nn.Linear` that `fully_shard` turned into its `FSDPLinear` subclass (alone or in a grouped unit)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover - torch without distributed
-        return False
-    return isinstance(head, FSDPModule) and type(head).__bases__ == (FSDPModule, nn.Linear)
-
-
-def head_sharding(head: nn.Module) -> str | None:
-    """How the LM head is sharded: "zero3" (DeepSpeed ZeRO-3 partitioned weight), "fsdp2" (an FSDP2 unit), or None
-    (a whole tensor in this process, also a head inside a parent FSDP2 unit, which is unsharded during its forward)."""
-    if _is_deepspeed_zero3(head.weight):
-        return "zero3"
-    if _is_fsdp2_linear(head):
-        return "fsdp2"
-    return None
-
-
 def choose_path(model: nn.Module, request: LossRequest) -> str:
     """Which path computes `request` for `model`: "fused" or "logits" (see the module docstring)."""
     head = model.get_output_embeddings()
     config = _text_config(model)
     if request.force_logits_path or getattr(config, "final_logit_softcapping", None):
         return "logits"
-    linear = type(head) is nn.Linear or _is_fsdp2_linear(head)
+    linear = type(head) is nn.Linear or is_fsdp2_linear(head)
     if not linear or head.bias is not None:
         return "logits"  # PEFT tuner layer / modules_to_save wrapper, or a biased head
-    if head_sharding(head) is None and _is_dtensor(head.weight):
+    if head_sharding(head) is None and is_dtensor(head.weight):
         return "logits"  # a DTensor head outside FSDP2 (tensor parallelism): its own forward knows its layout
     return "fused"
 
 
 def _text_config(model: nn.Module) -> Any:
     return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-
-
-def _head_weight(head: nn.Module) -> Tensor:
-    """The whole head weight; a DTensor (FSDP2 head outside its forward) is gathered (collective: every rank)."""
-    weight = head.weight
-    return weight.detach().full_tensor() if _is_dtensor(weight) else weight
-
-
-def live_head_weight(head: nn.Module) -> Tensor:
-    """The weight the head applies now: for a PEFT LoRA layer on the head (unmerged, enabled), W + the active
-    adapters' deltas (peft's `get_delta_weight`), not the frozen base W its `.weight` shows. DoRA's weight also
-    rescales W's columns, which `get_delta_weight` does not give: refused."""
-    get_delta = getattr(head, "get_delta_weight", None)
-    base = getattr(head, "base_layer", None)
-    if (
-        get_delta is None
-        or base is None
-        or getattr(head, "disable_adapters", False)
-        or getattr(head, "merged", False)
-    ):
-        return _head_weight(head)
-    weight = _head_weight(base)
-    for name in getattr(head, "active_adapters", ()):
-        if name not in getattr(head, "lora_A", {}):
-            continue
-        if getattr(head, "use_dora", {}).get(name):
-            from .checks import DistMatchConfigError
-
-            raise DistMatchConfigError(
-                "emo_cost_embedding='live' with a DoRA adapter on the LM head: DoRA's effective head weight is not "
-                "W + BA; use emo_cost_embedding='frozen' or a LoRA (not DoRA) adapter on the head."
-            )
-        weight = weight + get_delta(name)
-    return weight
 
 
 def _log_path(model: nn.Module, path: str, sharding: str | None) -> None:
@@ -202,15 +145,17 @@ def compute_request(
     flat_targets = targets.reshape(-1)
     params = dict(request.params)
     scale = _logit_scale(config)
-    if not request.live_cost and request.cost_embedding is not None:
-        params["cost_embedding"] = request.cost_embedding
+    # EMO: the cost embedding this forward uses comes from `cost_embedding.cost_in_forward` (below, per path).
+    needs_cost = request.live_cost or request.cost_embedding is not None
     holder: dict[str, Any] = {}
     if path == "fused":
 
         def fused(flat_hidden: Tensor) -> Tensor:
             weight = head.weight  # inside a sharded head's call: the gathered (unsharded) parameter
-            if request.live_cost:
-                params["cost_embedding"] = weight.detach()
+            if needs_cost:
+                params["cost_embedding"] = cost_in_forward(
+                    request.cost_embedding, request.live_cost, head, weight
+                )
             flat_hidden = flat_hidden.to(weight.dtype)
             if scale != 1.0:
                 flat_hidden = flat_hidden * scale
@@ -232,13 +177,10 @@ def compute_request(
         loss = fused(flat_hidden) if sharding is None else _call_inside_head(head, fused, flat_hidden)
         stats = holder["stats"]
     else:
-        # The logits path: also a head with a LoRA adapter, whose W + BA is the live head.
-        if request.live_cost:
-            weight = live_head_weight(head)
-            if weight is head.weight and sharding is not None:
-                # A gathered FSDP2 parameter: the head's call below may free its storage (reshard after forward).
-                weight = weight.detach().clone()
-            params["cost_embedding"] = weight.detach()
+        # The logits path: also a head with a LoRA adapter, whose W + BA is the live head (read before the head's
+        # call, which may free a sharded head's gathered storage).
+        if needs_cost:
+            params["cost_embedding"] = cost_in_forward(request.cost_embedding, request.live_cost, head)
         logits = head(hidden)
         if scale != 1.0:
             logits = logits * scale
@@ -325,57 +267,3 @@ def install_loss_forward(model: nn.Module) -> None:
 
     model.forward = types.MethodType(forward, model)
     setattr(model, _PATCHED_FLAG, True)
-
-
-def frozen_head_copy(model: nn.Module) -> Tensor:
-    """A detached copy of the model's output embedding, gathered whole under ZeRO-3 and FSDP2.
-
-    Call it on every rank (ZeRO-3 gathering is collective). The copy is a plain tensor: not a parameter or buffer,
-    so it is neither optimised nor saved in checkpoints. Tied input/output embeddings give one copy.
-    """
-    head = model.get_output_embeddings()
-    weight = head.weight
-    if _is_deepspeed_zero3(weight):
-        import deepspeed  # present whenever a parameter is ZeRO-3 partitioned
-
-        with deepspeed.zero.GatheredParameters([weight], modifier_rank=None):
-            return weight.detach().clone()
-    weight = _head_weight(head)
-    return weight.detach().clone() if weight is head.weight else weight  # a gathered DTensor is a new tensor
-
-
-def resolve_cost_embedding(model: nn.Module, option: str) -> tuple[Tensor | None, bool]:
-    """EMO's cost embedding from the `emo_cost_embedding` option: (tensor, live?)."""
-    if option == "live":
-        if _is_deepspeed_zero3(model.get_output_embeddings().weight):
-            raise ValueError(
-                "emo_cost_embedding='live' reads the LM head outside its forward, where DeepSpeed ZeRO-3 keeps it "
-                "partitioned; use emo_cost_embedding='frozen' (the paper's choice) or ZeRO-2."
-            )
-        return None, True
-    if option == "frozen":
-        embedding = frozen_head_copy(model)
-        _check_finite(embedding, option)
-        return embedding, False
-    # Another model's output embedding: only that tensor is read (stored dtype), checked against our vocabulary.
-    from .emo_cost import read_output_embedding
-
-    weight = model.get_output_embeddings().weight
-    vocab = weight.ds_shape[0] if _is_deepspeed_zero3(weight) else weight.shape[0]
-    device = weight.device if weight.device.type != "meta" else None
-    embedding = read_output_embedding(option, vocab)
-    _check_finite(embedding, option)
-    return embedding.to(device), False
-
-
-def _check_finite(embedding: Tensor, option: str) -> None:
-    """A cost embedding with NaN / inf rows would make every EMO loss non-finite: refused before training."""
-    bad = (~torch.isfinite(embedding)).any(dim=-1)
-    if bool(bad.any()):
-        from .checks import DistMatchConfigError
-
-        rows = bad.nonzero().flatten()[:5].tolist()
-        raise DistMatchConfigError(
-            f"emo_cost_embedding={option!r}: the output embedding has non-finite values in {int(bad.sum())} row(s) "
-            f"(first: {rows}); EMO's transport costs would be NaN. Use another checkpoint or emo_cost_embedding='live'."
-        )

@@ -23,8 +23,6 @@ from .losses.spec import REQUIRED, Check
 #: Our losses (names of `trl_ext.losses`). "ce" is the same objective as TRL's "nll" computed by our fused path.
 DISTMATCH_LOSSES: tuple[str, ...] = LOSS_NAMES
 
-EMO_COST_EMBEDDINGS = ("frozen", "live")
-
 
 @dataclass(frozen=True)
 class LossOption:
@@ -93,11 +91,6 @@ def loss_params(
     for param in placeholders:
         del resolved[param]
     return resolved
-
-
-def check_emo_cost_embedding(value: Any) -> str:
-    _check_option(next(o for o in LOSS_OPTIONS if o.name == "emo_cost_embedding"), value)
-    return value
 
 
 def cost_embedding_option(loss: str) -> str | None:

@@ -18,9 +18,8 @@ from trl import SFTTrainer
 
 from .checks import DistMatchConfigError
 from .config import DistMatchSFTConfig
-from .emo_cost import check_cost_embedding_source
-from .loss_mixin import DistMatchLossMixin, unwrap_peft, vocab_size
-from .options import cost_embedding_option
+from .cost_embedding import check_configured
+from .loss_mixin import DistMatchLossMixin, unwrap_peft
 from .output_lock import lock_output_dir
 from .resume import checkpoint_folder, resolve_resume
 from .teardown import release_process_groups_at_exit
@@ -77,9 +76,8 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
             args.validate_distmatch()
             _adopt_recorded_loss(args)
         loss = getattr(args, "distmatch_loss", None)
-        source = None if loss is None else cost_embedding_option(loss)
-        if source is not None:  # before TRL tokenises the dataset: another model's vocabulary is refused now
-            check_cost_embedding_source(args.loss_options()[source], vocab_size(model))
+        if loss is not None:  # before TRL tokenises the dataset: another model's vocabulary is refused now
+            check_configured(loss, args.loss_options(), model)
         # One run per output folder (a second one is refused in one line), before the model loads (`model` a path).
         if loss is not None and int(os.environ.get("RANK", "0")) == 0:
             lock_output_dir(args.output_dir)

@@ -42,12 +42,8 @@ from tests.helpers.dist_common import (  # noqa: E402
     reference_results,
     write_rank_result,
 )
-from trl_ext.model_forward import (  # noqa: E402
-    LossRequest,
-    frozen_head_copy,
-    install_loss_forward,
-    resolve_cost_embedding,
-)
+from trl_ext.cost_embedding import frozen_head_copy, resolve_cost_embedding  # noqa: E402
+from trl_ext.model_forward import LossRequest, install_loss_forward  # noqa: E402
 
 DTYPE = torch.float64
 LAYOUTS: dict[str, bool] = {  # layout -> tied embeddings

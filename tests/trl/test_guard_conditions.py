@@ -2,7 +2,8 @@
 for an `or`) is invisible to tests that set them all at once. For every guard of `trl_ext/checks.py`, the trainer's
 `_reject_incompatible`, EMO's option check, the Axolotl args' conflict table (`axolotl_distmatch/args.py`, pure: no
 Axolotl needed) and the patched forward (`trl_ext/model_forward.py`): each condition alone fires, and where the
-condition is a threshold, the value just below it does not.
+condition is a threshold, the value just below it does not. EMO's live cost embedding under each adapter state alone
+(LoRA active / disabled / merged, DoRA refused): tests/trl/test_cost_embedding.py.
 
 Real objects throughout: accelerate's own `ParallelismConfig`, transformers' model configs, tiny models in code.
 """
@@ -219,40 +220,3 @@ def test_each_head_property_alone_picks_the_path(change):
 
         model.lm_head = Head(8, 32, bias=False)
     assert choose_path(model, request) == ("fused" if change == "none" else "logits")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# EMO's live cost embedding with a PEFT adapter on the head: the weight the head applies, each adapter state alone
-
-
-def _adapted_head(use_dora: bool = False) -> nn.Module:
-    peft = pytest.importorskip("peft")
-    model = _tiny_llama()
-    config = peft.LoraConfig(
-        r=2, lora_alpha=4, target_modules=["lm_head"], init_lora_weights=False, use_dora=use_dora
-    )
-    return peft.get_peft_model(model, config).get_base_model().lm_head
-
-
-def test_live_head_weight_follows_the_adapter_state():
-    from trl_ext.model_forward import live_head_weight
-
-    head = _adapted_head()
-    base = head.base_layer.weight.detach().clone()
-    delta = head.lora_B["default"].weight @ head.lora_A["default"].weight * head.scaling["default"]
-    assert delta.abs().max() > 0
-    torch.testing.assert_close(live_head_weight(head), base + delta)  # active LoRA: W + BA * scaling
-    head.enable_adapters(False)  # disabled alone: the base weight the head now applies
-    assert head.disable_adapters
-    torch.testing.assert_close(live_head_weight(head), base)
-    head.enable_adapters(True)
-    head.merge()  # merged alone: the base layer already holds W + BA
-    assert head.merged
-    torch.testing.assert_close(live_head_weight(head), base + delta)
-
-
-def test_live_cost_embedding_with_dora_on_the_head_is_refused():
-    from trl_ext.model_forward import live_head_weight
-
-    with pytest.raises(DistMatchConfigError, match="DoRA's effective head weight is not W \\+ BA"):
-        live_head_weight(_adapted_head(use_dora=True))

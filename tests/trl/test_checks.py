@@ -1,16 +1,15 @@
-"""Settings that would train something else than asked are refused before any work; problems during training are
-reported once, with where they came from.
+"""Settings that would train something else than asked are refused before any work (`trl_ext/checks.py` and the TRL
+config that runs them); problems during training are reported once, with where they came from.
 
 In-process and fast (the real CLIs are in tests/trl/cli/test_trl_sft.py,
 tests/axolotl/test_activation_hook.py, tests/eval/lm_eval_tasks/):
-`DistMatchSFTConfig`'s checks, EMO's cost embedding read from a tiny sharded safetensors checkpoint built here, the
-one-line error printer, and real `DistMatchSFTTrainer` runs with non-finite values injected into a tiny model.
+`DistMatchSFTConfig`'s checks, the one-line error printer, and real `DistMatchSFTTrainer` runs with non-finite values
+injected into a tiny model. EMO's cost-embedding checks: tests/trl/test_cost_embedding.py.
 Runs in `.venv` (TRL 1.16) and `.venv-axolotl` (TRL 1.9): marker `trl_trainer`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import sys
@@ -29,7 +28,6 @@ from tests.helpers.env import REPO_ROOT  # noqa: E402
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
 from trl_ext.checks import check_option_usage  # noqa: E402
 from trl_ext.config import DistMatchSFTConfig  # noqa: E402
-from trl_ext.emo_cost import HUB_ID, check_cost_embedding_source, read_output_embedding  # noqa: E402
 from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------
@@ -127,95 +125,6 @@ def test_refused_setting_exits_with_one_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# EMO's cost embedding from another model: checked from config.json, read from the shard holding it
-
-
-@pytest.fixture(scope="module")
-def sharded(tmp_path_factory) -> dict[str, Path]:
-    """Tiny Llamas saved as sharded safetensors (index json + several shards), untied in bfloat16 and tied."""
-    from transformers import AutoModelForCausalLM
-
-    root = tmp_path_factory.mktemp("sharded")
-    out = {}
-    for name, tie, dtype in (("untied", False, torch.bfloat16), ("tied", True, torch.float32)):
-        source = build_tiny_llama(root / f"{name}_src", tie=tie, seed=3)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-        model.save_pretrained(root / name, max_shard_size="20KB")
-        out[name] = root / name
-        out[f"{name}_weight"] = model.get_output_embeddings().weight.detach().clone()
-    return out
-
-
-def test_fixture_is_really_sharded(sharded):
-    for name in ("untied", "tied"):
-        index = json.loads((sharded[name] / "model.safetensors.index.json").read_text())
-        assert len(set(index["weight_map"].values())) > 2
-
-
-def test_reads_only_the_shard_holding_the_output_embedding(sharded, tmp_path):
-    import shutil
-
-    folder = tmp_path / "only_head_shard"
-    shutil.copytree(sharded["untied"], folder)
-    weight_map = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
-    keep = weight_map["lm_head.weight"]
-    removed = [shard for shard in set(weight_map.values()) if shard != keep]
-    for shard in removed:  # every other shard gone: reading them would fail
-        (folder / shard).unlink()
-    assert removed
-    tensor = read_output_embedding(str(folder), vocab_size=sharded["untied_weight"].shape[0])
-    assert tensor.dtype == torch.bfloat16  # as stored, not float32
-    assert torch.equal(tensor, sharded["untied_weight"])
-
-
-def test_tied_checkpoint_reads_the_input_embedding(sharded):
-    tensor = read_output_embedding(str(sharded["tied"]))
-    assert tensor.dtype == torch.float32 and torch.equal(tensor, sharded["tied_weight"])
-
-
-def test_cost_embedding_source_checked_from_config_json_only(tmp_path):
-    """A folder with nothing but config.json: validation reads no weights."""
-    folder = tmp_path / "config_only"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"vocab_size": 320, "tie_word_embeddings": False}))
-    assert check_cost_embedding_source(str(folder), 320)["vocab_size"] == 320
-    with pytest.raises(
-        DistMatchConfigError, match="vocabulary of 320 tokens but the model being trained has 300"
-    ):
-        check_cost_embedding_source(str(folder), 300)
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(DistMatchConfigError, match="has no config.json"):
-        check_cost_embedding_source(str(tmp_path / "empty"))
-
-
-@pytest.mark.parametrize(
-    ("value", "valid"),
-    [
-        ("meta-llama/Llama-2-13b-hf", True),
-        ("gpt2", True),
-        ("org/model.v1_2", True),
-        ("a/b/c", False),
-        ("has space/x", False),
-        ("org/-bad", False),
-        ("org/bad--name", False),
-        ("org/", False),
-    ],
-)
-def test_hub_id_syntax(value, valid):
-    assert bool(HUB_ID.match(value)) is valid
-
-
-def test_hub_id_offline_and_not_cached_says_how_to_get_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-    with pytest.raises(DistMatchConfigError) as err:
-        check_cost_embedding_source("distmatch-test/not-cached-model", 300)
-    assert "emo_cost_embedding='distmatch-test/not-cached-model'" in str(err.value)
-    assert "huggingface-cli download distmatch-test/not-cached-model" in str(err.value)
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Training: non-finite values reported once with their source, counted as a metric
 
 
@@ -279,14 +188,3 @@ def test_nonfinite_loss_is_reported_once_with_its_source(tiny, tmp_path, caplog,
     # transformers' `logging_nan_inf_filter` (on by default) logs a NaN loss as the previous mean: the count is
     # what shows it.
     assert all(entry["nonfinite_tokens"] > 0 for entry in logs)
-
-
-def test_nonfinite_cost_embedding_is_refused_before_training(tiny, tmp_path):
-    from transformers import AutoModelForCausalLM
-
-    other = AutoModelForCausalLM.from_pretrained(tiny["model"], dtype=torch.float32)
-    with torch.no_grad():
-        other.get_output_embeddings().weight[[3, 9]] = float("nan")
-    other.save_pretrained(tmp_path / "nan_head")
-    with pytest.raises(DistMatchConfigError, match=r"non-finite values in 2 row\(s\) \(first: \[3, 9\]\)"):
-        _train(tiny, tmp_path, "emo", emo_cost_embedding=str(tmp_path / "nan_head"))

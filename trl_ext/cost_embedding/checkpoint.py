@@ -1,4 +1,5 @@
-"""EMO's cost embedding from another model (`emo_cost_embedding: <path or hub id>`), checked and read cheaply.
+"""EMO's cost embedding from another model's checkpoint (`emo_cost_embedding: <path or hub id>`), checked and read
+cheaply; and the one vocabulary check every caller uses (`check_vocabulary`).
 
 * `check_cost_embedding_source(value, vocab_size)`: configuration time, no weights: 'frozen' / 'live' pass; a path
   must exist and hold a `config.json`; anything else must be a well-formed hub id whose `config.json` can be fetched
@@ -20,7 +21,8 @@ from typing import Any
 
 from distmatch.errors import DistMatchConfigError
 
-BUILTIN = ("frozen", "live")
+#: The sources that are not another model: a frozen copy of the pre-trained head, the live head (detached).
+BUILTIN_SOURCES = ("frozen", "live")
 #: `owner/name` or `name`: letters, digits, `-`, `_`, `.` (no `--` / `..`, no leading/trailing `-` / `.`), <= 96.
 _HUB_PART = r"(?!.*(--|\.\.))[A-Za-z0-9_][A-Za-z0-9_.-]{0,94}(?<![.-])"
 HUB_ID = re.compile(rf"^({_HUB_PART}/)?{_HUB_PART}$")
@@ -82,6 +84,22 @@ def _config_file(value: str) -> str:
     return found
 
 
+def check_vocabulary(value: str, theirs: int | None, ours: int | None, found: str | None = None) -> None:
+    """The one vocabulary check: EMO's costs are indexed by token id, so the cost embedding's vocabulary (`theirs`:
+    from its `config.json`, or `found` = the shape of its tensor) must be the trained model's (`ours`). Unknown on
+    either side passes (the tensor's shape is checked again when it is read)."""
+    if theirs is None or ours is None or theirs == ours:
+        return
+    if found is not None:
+        raise DistMatchConfigError(
+            f"{_setting(value)}: {found}; expected [{ours}, d] (the training model's vocabulary)."
+        )
+    raise DistMatchConfigError(
+        f"{_setting(value)} has a vocabulary of {theirs} tokens but the model being trained has {ours}; "
+        "EMO's cost embedding must come from a model with the same tokenizer."
+    )
+
+
 def vocab_size_of(config: dict[str, Any]) -> int | None:
     """`vocab_size` of a `config.json` (also a multimodal model's `text_config`)."""
     for section in (config, config.get("text_config") or {}):
@@ -127,15 +145,11 @@ def check_cost_embedding_source(value: Any, vocab_size: int | None = None) -> di
         raise DistMatchConfigError(
             f"emo_cost_embedding={value!r} is invalid; expected 'frozen', 'live' or a model path / hub id."
         )
-    if value in BUILTIN:
+    if value in BUILTIN_SOURCES:
         return None
     config = _read_json(_config_file(value), value, "model config")
     theirs = vocab_size_of(config)
-    if vocab_size is not None and theirs is not None and theirs != vocab_size:
-        raise DistMatchConfigError(
-            f"{_setting(value)} has a vocabulary of {theirs} tokens but the model being trained has {vocab_size}; "
-            "EMO's cost embedding must come from a model with the same tokenizer."
-        )
+    check_vocabulary(value, theirs, vocab_size)
     if Path(value).expanduser().exists():
         located = _locate_output_embedding(value, config)
         if located is not None:
@@ -168,11 +182,12 @@ def _check_tensor_shape(value: str, name: str, file: str, vocab_size: int | None
                 "checkpoint is inconsistent: download or save it again."
             )
         shape = tuple(reader.get_slice(name).get_shape())
-    if len(shape) != 2 or (vocab_size is not None and shape[0] != vocab_size):
+    found = f"its output embedding `{name}` in {file} has shape {shape}"
+    if len(shape) != 2:
         raise DistMatchConfigError(
-            f"{_setting(value)}: its output embedding `{name}` in {file} has shape {shape}; expected "
-            f"[{vocab_size or 'V'}, d] (the training model's vocabulary)."
+            f"{_setting(value)}: {found}; expected [{vocab_size or 'V'}, d] (the training model's vocabulary)."
         )
+    check_vocabulary(value, shape[0], vocab_size, found)
 
 
 def _locate_output_embedding(value: str, config: dict[str, Any]) -> tuple[str, str] | None:
@@ -255,8 +270,10 @@ def _load_whole_model_head(value: str) -> Any:
 
 
 __all__ = [
+    "BUILTIN_SOURCES",
     "HUB_ID",
     "check_cost_embedding_source",
+    "check_vocabulary",
     "model_vocab_size",
     "read_output_embedding",
     "vocab_size_of",
