@@ -373,6 +373,17 @@ def test_live_cost_embedding_with_dora_on_the_head_is_refused(models):
         live_head_weight(_adapted_head(models, use_dora=True))
 
 
+def test_live_cost_embedding_with_another_adapter_kind_on_the_head_is_refused(models):
+    """An active IA3 adapter scales the head's output: its effective weight is not W, so it is not read as W."""
+    peft = pytest.importorskip("peft")
+    config = peft.IA3Config(target_modules=["lm_head"], feedforward_modules=[], init_ia3_weights=False)
+    head = peft.get_peft_model(load_model(models["plain"]), config).get_base_model().lm_head
+    with pytest.raises(DistMatchConfigError, match="peft 'ia3' adapter on the LM head: only a LoRA adapter"):
+        live_head_weight(head)
+    head.enable_adapters(False)  # disabled: the head applies its base weight, which is read
+    torch.testing.assert_close(live_head_weight(head), head.get_base_layer().weight)
+
+
 def test_live_head_weight_of_a_plain_head_is_its_weight(models):
     head = load_model(models["plain"]).get_output_embeddings()
     assert live_head_weight(head) is head.weight

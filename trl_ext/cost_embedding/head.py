@@ -87,14 +87,21 @@ def _lora_delta(head: Any, name: str) -> Tensor:
 def live_head_weight(head: nn.Module) -> Tensor:
     """The weight the head applies now: for a PEFT LoRA layer on the head (unmerged, enabled), W + the active
     adapters' scaling * B A, not the frozen base W its `.weight` shows. DoRA's weight also rescales W's columns:
-    refused. Any other head (also a disabled or merged adapter): its weight."""
+    refused, as is an active adapter of another kind (IA3, LoHa, ...: its effective weight is not read here). Any other
+    head (also a disabled or merged adapter): its weight."""
     layers = _peft_layers()
     if layers is None or not isinstance(head, layers[0]) or head.disable_adapters or head.merged:
         return _head_weight(head)
-    lora = isinstance(head, layers[1])
+    if not isinstance(head, layers[1]):
+        kind = type(head).__module__.removeprefix("peft.tuners.").split(".")[0]  # e.g. "ia3", "loha"
+        raise DistMatchConfigError(
+            f"emo_cost_embedding='live' with a peft {kind!r} adapter on the LM head: only a LoRA adapter's "
+            "effective head weight (W + BA) is read; use emo_cost_embedding='frozen', a LoRA adapter on the head, "
+            "or no adapter on the head."
+        )
     weight = _head_weight(head.get_base_layer())
     for name in head.active_adapters:
-        if not lora or name not in head.lora_A:
+        if name not in head.lora_A:
             continue
         if head.use_dora.get(name):
             raise DistMatchConfigError(
