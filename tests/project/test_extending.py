@@ -31,14 +31,33 @@ pytestmark = pytest.mark.slow
 # The scratch copy
 
 
-def _copy_repository(root: Path) -> Path:
+#: Not part of a checkout's files (when the repository is itself a scratch copy without .git, e.g. `make mutants`').
+_NOT_SOURCES = ("__pycache__", ".pytest_cache", ".ruff_cache", ".git")
+
+
+def _repository_files() -> list[str]:
+    """The files `git ls-files --cached --others --exclude-standard` lists, or, outside a git checkout, every file
+    but caches and venvs."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO_ROOT,
         capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for rel in filter(None, listed.split("\0")):
+    )
+    if listed.returncode == 0 and (REPO_ROOT / ".git").exists():
+        return list(filter(None, listed.stdout.decode().split("\0")))
+    return [
+        str(path.relative_to(REPO_ROOT))
+        for path in REPO_ROOT.rglob("*")
+        if path.is_file()
+        and not any(
+            part in _NOT_SOURCES or part.startswith(".venv") or part.endswith(".egg-info")
+            for part in path.relative_to(REPO_ROOT).parts
+        )
+    ]
+
+
+def _copy_repository(root: Path) -> Path:
+    for rel in _repository_files():
         source = REPO_ROOT / rel
         if not source.is_file():  # deleted in the working tree, or a submodule
             continue
