@@ -57,7 +57,8 @@ def test_readme_states_the_tested_tolerances():
 
 
 def test_api_constants():
-    assert tuple(LOSS_NAMES) == (
+    # The registry's order (objectives/__init__.py's SPECS) of the losses released so far; a new loss goes after them.
+    assert tuple(LOSS_NAMES)[:9] == (
         "ce",
         "emo",
         "gem_linear",

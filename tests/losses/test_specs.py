@@ -77,7 +77,7 @@ def test_dft_is_p_y_times_ce_with_the_ce_gradient_scaled_by_p_y():
 def test_ce_weighted_losses_share_the_closed_form():
     """ce, mixce, tailr, dft, eaft are sg(w) * CE: only a weight, the one closed form (`ce_weighted.py`)."""
     weighted = {name for name, spec in LOSSES.items() if spec.weight is not None}
-    assert weighted == {"ce", "mixce", "tailr", "dft", "eaft"}
+    assert {"ce", "mixce", "tailr", "dft", "eaft"} <= weighted  # and any new one written with `ce_weighted`
     rows = {LOSSES[name].rows.func for name in weighted}  # functools.partial over the shared closed form
     assert len(rows) == 1
 
