@@ -93,8 +93,6 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
         problems = []
         if self.compute_loss_func is not None:
             problems.append("a `compute_loss_func` (remove it; the loss is `loss`)")
-        if getattr(args, "label_smoothing_factor", 0) > 0:
-            problems.append("`label_smoothing_factor` > 0 (set it to 0)")
         config = unwrap_peft(self.model).config
         if getattr(config.get_text_config(), "output_router_logits", False):
             problems.append("an MoE model with `output_router_logits` (its auxiliary loss is not added yet)")
