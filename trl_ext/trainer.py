@@ -89,7 +89,6 @@ class DistMatchSFTTrainer(DistMatchLossMixin, SFTTrainer):
             self.setup_distmatch_loss(loss, args.loss_options())
 
     def _reject_incompatible(self, loss: str) -> None:
-        args = self.args
         problems = []
         if self.compute_loss_func is not None:
             problems.append("a `compute_loss_func` (remove it; the loss is `loss`)")

@@ -128,7 +128,6 @@ def ce_trainer(models, data, tmp_path):
         ("sp", "sequence / context parallelism"),
         ("cp", "sequence / context parallelism"),
         ("moe_router_logits", "output_router_logits"),
-        ("label_smoothing", "label_smoothing_factor"),
     ],
 )
 def test_trainer_refuses_each_setting_alone(ce_trainer, monkeypatch, kind, expected):
@@ -145,13 +144,18 @@ def test_trainer_refuses_each_setting_alone(ce_trainer, monkeypatch, kind, expec
             kind == "sp",
             kind == "cp",
         )
-    elif kind == "moe_router_logits":
-        ce_trainer.model.config.output_router_logits = True
     else:
-        ce_trainer.args.label_smoothing_factor = 0.1
+        ce_trainer.model.config.output_router_logits = True
     with pytest.raises(ValueError, match=expected) as info:
         ce_trainer._reject_incompatible("ce")
     assert str(info.value).startswith("loss='ce' cannot be combined with ")
+
+
+def test_label_smoothing_set_after_the_trainer_is_refused_when_training_starts(ce_trainer):
+    """Label smoothing is one of the config's conflicts (`TRL_CONFLICTS`), checked again by `train()`."""
+    ce_trainer.args.label_smoothing_factor = 0.1
+    with pytest.raises(ValueError, match="label_smoothing_factor"):
+        ce_trainer.train()
 
 
 def test_trainer_accepts_parallelism_without_sequence_or_context_sharding(ce_trainer, monkeypatch):
