@@ -204,3 +204,19 @@ def test_baselines_run_once_per_file_set() -> None:
     ]
     listed = {(m.venv, m.tests) for m in tool.load_mutants()}
     assert len(tool.baseline_runs(sorted(listed))) < len(listed)
+
+
+def test_the_documented_run_names_every_mutant_caught() -> None:
+    """docs/development.md carries the table of the last full `make mutants` run: one row per listed mutant, each
+    caught, and the summary line with the catch rate (re-run and paste it after adding a mutant)."""
+    text = (REPO_ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    start = text.index("<!-- mutants: the table printed by `make mutants` -->")
+    table = text[start : text.index("<!-- end mutants -->", start)]
+    rows = [
+        line.split("|")[1:-1] for line in table.splitlines() if line.startswith("| ") and "---" not in line
+    ]
+    results = {cells[0].strip(): cells[3].strip() for cells in rows[1:]}
+    listed = {m.id for m in _tool().load_mutants()}
+    assert set(results) == listed, (sorted(listed - set(results)), sorted(set(results) - listed))
+    assert set(results.values()) == {"caught"}
+    assert f"{len(listed)} / {len(listed)} caught (100 %)" in table
