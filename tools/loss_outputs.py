@@ -95,21 +95,34 @@ def _code(names: tuple[str, ...]) -> str:
     return ", ".join(f"`{name}`" for name in names)
 
 
+def _loss_names() -> tuple[str, ...]:
+    from trl_ext.losses import LOSS_NAMES
+
+    return tuple(LOSS_NAMES)
+
+
+def _icl_task_names() -> tuple[str, ...]:
+    from eval_tasks import nlu
+
+    return tuple(spec.task for spec in nlu.ICL_TASKS.values())
+
+
 @dataclass(frozen=True)
 class LossList:
-    """A list of all loss names inside a hand-written file: `pattern` finds it (group 1 before, 2 the list, 3 after)."""
+    """A list of names inside a hand-written file (all losses, or with `names` e.g. the retrieval tasks): `pattern`
+    finds it (group 1 before, 2 the list, 3 after)."""
 
     path: Path
     pattern: str
     style: Callable[[tuple[str, ...]], str]
+    names: Callable[[], tuple[str, ...]] = _loss_names
+    what: str = "the losses"
 
     def render(self, current: str) -> str:
-        from trl_ext.losses import LOSS_NAMES
-
         regex = re.compile(self.pattern, re.M)
         if not regex.search(current):
-            raise Missing(f"no list of the losses matching {self.pattern!r}")
-        listed = self.style(tuple(LOSS_NAMES))
+            raise Missing(f"no list of {self.what} matching {self.pattern!r}")
+        listed = self.style(self.names())
         return regex.sub(lambda m: m.group(1) + listed + m.group(3), current)
 
 
@@ -120,6 +133,36 @@ LOSS_LISTS = (
     LossList(Path("docs/axolotl.md"), _YAML_COMMENT, _plain),
     LossList(Path("docs/trl.md"), r"^(`loss`: a distmatch loss \()(.*?)(\) or)", _code),
     LossList(Path("examples/axolotl/tiny-cpu.yaml"), r"^(# others: )(.*?)(\.)$", _plain),
+    # The retrieval tasks of the NLU table (eval_tasks/nlu.py), in the evaluation page's task table and its count in
+    # the lm-eval folder's README.
+    LossList(
+        Path("docs/evaluation.md"),
+        r"^(\| )(`distmatch_\w+`(?:, `distmatch_\w+`)*)( \(tag `distmatch_icl`\))",
+        _code,
+        _icl_task_names,
+        "the retrieval tasks",
+    ),
+    LossList(
+        Path("docs/evaluation.md"),
+        r"^(\| group `distmatch_nlu` \| the )(\d+)( tasks above \|)",
+        lambda names: str(len(names) + 1),  # and MMLU
+        _icl_task_names,
+        "the retrieval tasks",
+    ),
+    LossList(
+        Path("eval_tasks/lm_eval_tasks/README.md"),
+        r"^(\* `distmatch_icl`: the )(\d+)( retrieval tasks\.)$",
+        lambda names: str(len(names)),
+        _icl_task_names,
+        "the retrieval tasks",
+    ),
+    LossList(
+        Path("eval_tasks/lm_eval_tasks/README.md"),
+        r"^(\* `distmatch_nlu`: the EMO suite, the )(\d+)( retrieval tasks and `distmatch_mmlu`)",
+        lambda names: str(len(names)),
+        _icl_task_names,
+        "the retrieval tasks",
+    ),
 )
 
 

@@ -36,6 +36,8 @@ PAGES = {
     Path("docs/trl.md"),
     Path("docs/axolotl.md"),
     Path("examples/axolotl/tiny-cpu.yaml"),
+    Path("docs/evaluation.md"),
+    Path("eval_tasks/lm_eval_tasks/README.md"),
 }
 
 
@@ -187,6 +189,33 @@ def test_a_page_that_lost_its_block_is_an_error_not_skipped(generated_root: Path
         assert "examples/axolotl/tiny-cpu.yaml: no list of the losses" in proc.stderr
         assert proc.stderr.count("\n  ") == 3
     assert not (root / "README.md").exists()
+
+
+def test_the_retrieval_task_lists_follow_the_table(generated_root: Path, tmp_path: Path) -> None:
+    """The evaluation page's list of the retrieval tasks and the lm-eval README's count come from the task table: a
+    task dropped from the list, or a wrong count, is named by --check and rewritten."""
+    icl = [spec.task for spec in nlu.ICL_TASKS.values()]
+    listed = ", ".join(f"`{task}`" for task in icl) + " (tag `distmatch_icl`)"
+    assert f"| {listed} |" in (REPO / "docs/evaluation.md").read_text(encoding="utf-8")
+    readme = (REPO / LM_EVAL / "README.md").read_text(encoding="utf-8")
+    assert f"* `distmatch_icl`: the {len(icl)} retrieval tasks.\n" in readme
+    assert f"* `distmatch_nlu`: the EMO suite, the {len(icl)} retrieval tasks and `distmatch_mmlu`" in readme
+    assert (
+        f"| group `distmatch_nlu` | the {len(icl) + 1} tasks above |"
+        in (REPO / "docs/evaluation.md").read_text()
+    )
+    root = _fresh_copy(generated_root, tmp_path)
+    page = root / "docs" / "evaluation.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("`distmatch_rt`, ", ""))
+    folder = root / LM_EVAL / "README.md"
+    folder.write_text(
+        folder.read_text(encoding="utf-8").replace(f"the {len(icl)} retrieval", "the 6 retrieval")
+    )
+    proc = _generate("--check", "--root", str(root))
+    assert proc.returncode == 1 and proc.stderr.count("\n  ") == 2
+    assert _generate("--root", str(root)).returncode == 0
+    for rel in (Path("docs/evaluation.md"), LM_EVAL / "README.md"):
+        assert (root / rel).read_text(encoding="utf-8") == (REPO / rel).read_text(encoding="utf-8"), rel
 
 
 def test_names_module_is_the_registry_and_imports_nothing() -> None:
