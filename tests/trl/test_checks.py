@@ -3,16 +3,15 @@ config that runs them); problems during training are reported once, with where t
 
 In-process and fast (the real CLIs are in tests/trl/cli/test_trl_sft.py,
 tests/axolotl/test_activation_hook.py, tests/eval/lm_eval_tasks/):
-`DistMatchSFTConfig`'s checks, the one-line error printer, and real `DistMatchSFTTrainer` runs with non-finite values
-injected into a tiny model. EMO's cost-embedding checks: tests/trl/test_cost_embedding.py.
+`DistMatchSFTConfig`'s checks and real `DistMatchSFTTrainer` runs with non-finite values
+injected into a tiny model. EMO's cost-embedding checks: tests/trl/test_cost_embedding.py; the error type and
+its one-line printer: tests/distmatch/test_errors.py.
 Runs in `.venv` (TRL 1.16) and `.venv-axolotl` (TRL 1.9): marker `trl_trainer`.
 """
 
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,7 @@ pytest.importorskip("trl")  # not in .venv-opencompass (OpenCompass pins dataset
 
 from distmatch.errors import (
     DistMatchConfigError,  # noqa: E402
-    config_errors,  # noqa: E402
 )
-from tests.helpers.env import REPO_ROOT  # noqa: E402
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl  # noqa: E402
 from trl_ext.checks import check_option_usage  # noqa: E402
 from trl_ext.config import DistMatchSFTConfig  # noqa: E402
@@ -83,45 +80,6 @@ def test_option_usage_check_is_table_driven():
             else:
                 with pytest.raises(DistMatchConfigError, match=option.name):
                     check_option_usage(loss, {option.name: option.default}, LOSS_OPTIONS, DISTMATCH_LOSSES)
-
-
-def test_one_line_printer_finds_our_error_in_chains_and_pydantic_errors():
-    from pydantic import BaseModel, field_validator
-
-    try:
-        try:
-            raise DistMatchConfigError("gem_beta=0 is invalid")
-        except DistMatchConfigError as inner:
-            raise RuntimeError("wrapped") from inner
-    except RuntimeError as err:
-        assert config_errors(err) == ["gem_beta=0 is invalid"]
-
-    class Args(BaseModel):
-        loss: str
-
-        @field_validator("loss")
-        @classmethod
-        def _check(cls, value):
-            raise DistMatchConfigError(f"loss={value!r} is not a distmatch loss")
-
-    with pytest.raises(Exception) as info:
-        Args(loss="x")
-    assert config_errors(info.value) == ["loss='x' is not a distmatch loss"]
-    assert config_errors(ValueError("other")) == []
-
-
-def test_refused_setting_exits_with_one_line(tmp_path):
-    """The printer installed by the hooks: `error: <message>`, exit status 2, no traceback."""
-    script = (
-        "from distmatch.errors import DistMatchConfigError, print_config_errors_as_one_line\n"
-        "print_config_errors_as_one_line()\n"
-        "raise DistMatchConfigError('gem_beta=0.5 is set but `loss` is unset')\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120
-    )
-    assert out.returncode == 2
-    assert out.stderr == "error: gem_beta=0.5 is set but `loss` is unset\n"
 
 
 # ---------------------------------------------------------------------------------------------------------
