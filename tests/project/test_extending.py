@@ -81,6 +81,13 @@ def _run(copy: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProc
     )
 
 
+def _pytest(copy: Path, *args: str, timeout: int) -> str:
+    """The copy's own tests (`pytest -q *args` there): they must pass; their summary line."""
+    tests = _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, timeout=timeout)
+    assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
+    return tests.stdout.strip().splitlines()[-1]
+
+
 def _generate(copy: Path) -> None:
     proc = _run(copy, "tools/generate.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -265,13 +272,8 @@ def test_adding_a_loss_takes_the_documented_files(copy: Path) -> None:
     assert '"toy"' in names and '"toy_power"' in names
 
     # The copy's own tests that demand a new loss's oracle, configs and option rows.
-    tests = _run(
+    summary = _pytest(
         copy,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
         "tests/losses/test_oracle_registry.py",
         "tests/losses/test_oracle.py",
         "tests/losses/test_specs.py",
@@ -281,8 +283,6 @@ def test_adding_a_loss_takes_the_documented_files(copy: Path) -> None:
         "or options_come_from_the_specs or option_table_covers",
         timeout=500,
     )
-    assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
-    summary = tests.stdout.strip().splitlines()[-1]
     passed = re.match(r"(\d+) passed", summary)
     assert passed and int(passed[1]) >= 30 and "failed" not in summary and "error" not in summary, summary
 
@@ -374,13 +374,8 @@ def test_adding_an_evaluation_task_takes_the_documented_files(copy: Path) -> Non
     assert '"distmatch_toy_topic",' in summarizer.read_text(encoding="utf-8")
 
     # The copy's own tests that read the task table: the report's column titles, the label words, the fixture data.
-    tests = _run(
+    _pytest(
         copy,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
         "tests/eval/test_report.py::test_nlu_columns_follow_the_task_table",
         "tests/eval/test_nlu.py::test_get_spec_by_short_or_task_name",
         "tests/eval/test_label_names.py",
@@ -388,4 +383,3 @@ def test_adding_an_evaluation_task_takes_the_documented_files(copy: Path) -> Non
         "toy_topic or fixtures_name or nlu_columns or get_spec",
         timeout=300,
     )
-    assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
