@@ -373,6 +373,23 @@ def test_live_cost_embedding_with_dora_on_the_head_is_refused(models):
         live_head_weight(_adapted_head(models, use_dora=True))
 
 
+def test_live_cost_embedding_with_dora_on_the_head_is_refused_when_the_trainer_is_built(
+    models, data, tmp_path
+):
+    """Before any training step: the check runs when the loss is set up, not only at the first forward."""
+    peft = pytest.importorskip("peft")
+    config = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "lm_head"], use_dora=True)
+    with pytest.raises(DistMatchConfigError, match="DoRA's effective head weight is not W \\+ BA"):
+        make_trainer(
+            models["plain"],
+            data,
+            tmp_path,
+            loss="emo",
+            emo_cost_embedding="live",
+            trainer_kwargs={"peft_config": config},
+        )
+
+
 def test_live_cost_embedding_with_another_adapter_kind_on_the_head_is_refused(models):
     """An active IA3 adapter scales the head's output: its effective weight is not W, so it is not read as W."""
     peft = pytest.importorskip("peft")

@@ -42,6 +42,7 @@ from .checkpoint import (
     vocab_size_of,
 )
 from .head import (
+    check_live_head,
     frozen_head_copy,
     head_sharding,
     is_deepspeed_zero3,
@@ -70,6 +71,7 @@ def resolve_cost_embedding(model: nn.Module, option: str) -> tuple[Tensor | None
                 "emo_cost_embedding='live' reads the LM head outside its forward, where DeepSpeed ZeRO-3 keeps it "
                 "partitioned; use emo_cost_embedding='frozen' (the paper's choice) or ZeRO-2."
             )
+        check_live_head(model.get_output_embeddings())  # an adapter whose weight is not read: refused now
         return None, True
     if option == "frozen":
         embedding = frozen_head_copy(model)

@@ -84,31 +84,45 @@ def _lora_delta(head: Any, name: str) -> Tensor:
     return (delta * head.scaling[name]).to(b.dtype)
 
 
-def live_head_weight(head: nn.Module) -> Tensor:
-    """The weight the head applies now: for a PEFT LoRA layer on the head (unmerged, enabled), W + the active
-    adapters' scaling * B A, not the frozen base W its `.weight` shows. DoRA's weight also rescales W's columns:
-    refused, as is an active adapter of another kind (IA3, LoHa, ...: its effective weight is not read here). Any other
-    head (also a disabled or merged adapter): its weight."""
+def _adapted(head: nn.Module) -> bool:
+    """Whether `head` is a PEFT tuner layer whose adapters it applies now (enabled and not merged into W)."""
     layers = _peft_layers()
-    if layers is None or not isinstance(head, layers[0]) or head.disable_adapters or head.merged:
-        return _head_weight(head)
-    if not isinstance(head, layers[1]):
+    return (
+        layers is not None and isinstance(head, layers[0]) and not head.disable_adapters and not head.merged
+    )
+
+
+def check_live_head(head: nn.Module) -> None:
+    """Refuse a head whose applied weight `live_head_weight` cannot read: an active DoRA adapter (its weight also
+    rescales W's columns) or an active adapter of another kind than LoRA (IA3, LoHa, ...). Called when the loss is
+    set up, before training, and again by every read (an adapter may be switched on later)."""
+    if not _adapted(head):
+        return
+    if not isinstance(head, _peft_layers()[1]):
         kind = type(head).__module__.removeprefix("peft.tuners.").split(".")[0]  # e.g. "ia3", "loha"
         raise DistMatchConfigError(
             f"emo_cost_embedding='live' with a peft {kind!r} adapter on the LM head: only a LoRA adapter's "
             "effective head weight (W + BA) is read; use emo_cost_embedding='frozen', a LoRA adapter on the head, "
             "or no adapter on the head."
         )
+    if any(name in head.lora_A and head.use_dora.get(name) for name in head.active_adapters):
+        raise DistMatchConfigError(
+            "emo_cost_embedding='live' with a DoRA adapter on the LM head: DoRA's effective head weight is not "
+            "W + BA; use emo_cost_embedding='frozen' or a LoRA (not DoRA) adapter on the head."
+        )
+
+
+def live_head_weight(head: nn.Module) -> Tensor:
+    """The weight the head applies now: for a PEFT LoRA layer on the head (unmerged, enabled), W + the active
+    adapters' scaling * B A, not the frozen base W its `.weight` shows (other adapters: `check_live_head`). Any
+    other head (also a disabled or merged adapter): its weight."""
+    if not _adapted(head):
+        return _head_weight(head)
+    check_live_head(head)
     weight = _head_weight(head.get_base_layer())
     for name in head.active_adapters:
-        if name not in head.lora_A:
-            continue
-        if head.use_dora.get(name):
-            raise DistMatchConfigError(
-                "emo_cost_embedding='live' with a DoRA adapter on the LM head: DoRA's effective head weight is not "
-                "W + BA; use emo_cost_embedding='frozen' or a LoRA (not DoRA) adapter on the head."
-            )
-        weight = weight + _lora_delta(head, name)
+        if name in head.lora_A:
+            weight = weight + _lora_delta(head, name)
     return weight
 
 
@@ -147,6 +161,7 @@ __all__ = [
     "is_deepspeed_zero3",
     "is_dtensor",
     "is_fsdp2_linear",
+    "check_live_head",
     "live_head_weight",
     "training_vocab_size",
 ]
