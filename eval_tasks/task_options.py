@@ -55,14 +55,15 @@ __all__ = [
     "resolve",
 ]
 
-#: Task families: the seven retrieval tasks, MMLU, IFEval, the two creative-writing tasks.
-FAMILIES = ("icl", "mmlu", "ifeval", "creative")
+#: Task families: the seven retrieval tasks, MMLU, IFEval, the two creative-writing tasks, the two code tasks.
+FAMILIES = ("icl", "mmlu", "ifeval", "creative", "code")
 #: The families as the messages name them.
 FAMILY_NAMES = {
     "icl": "NLU retrieval tasks",
     "mmlu": "MMLU",
     "ifeval": "IFEval",
     "creative": "creative writing",
+    "code": "code generation",
 }
 _NLU = ("icl", "mmlu")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "none", "")
@@ -119,6 +120,7 @@ def _non_empty(value: Any) -> bool:
 
 _ICL = "NLU retrieval tasks"
 _CREATIVE = "creative writing"
+_CODE = "code tasks (HumanEval, MBPP+)"
 
 #: Every option of the distmatch tasks, in the order the docs list them. Keep in one place: everything reads it.
 TASK_OPTIONS: dict[str, TaskOption] = {
@@ -130,8 +132,8 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             "default",
             ("default", "emo_official", "gem_official"),
             "a preset of the options below: emo_official (EMO Table 3, NLU tasks), gem_official (GEM Table 2, "
-            "creative writing)",
-            tasks="NLU retrieval tasks, MMLU, IFEval, creative writing tasks",
+            "creative writing; GEM Tables 6 and 9, code)",
+            tasks="NLU retrieval tasks, MMLU, IFEval, creative writing tasks, code tasks",
         ),
         TaskOption(
             "retriever_model",
@@ -211,13 +213,13 @@ TASK_OPTIONS: dict[str, TaskOption] = {
         ),
         TaskOption(
             "data_dir",
-            ("icl", "mmlu", "ifeval"),
+            ("icl", "mmlu", "ifeval", "code"),
             None,
             None,
             "local copies of the datasets (<dir>/<task>/<split>.jsonl) instead of the Hub",
             env="DISTMATCH_EVAL_DATA_DIR",
             path="dir",
-            tasks="NLU, MMLU, IFEval",
+            tasks="NLU, MMLU, IFEval, code tasks",
         ),
         TaskOption(
             "num_samples", ("creative",), 16, None, "samples per prompt", kind=int, minimum=2, tasks=_CREATIVE
@@ -257,6 +259,53 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             "(GEM's script)",
             tasks="creative writing tasks",
         ),
+        TaskOption(
+            "code_samples",
+            ("code",),
+            10,
+            None,
+            "samples per problem (pass@k is reported for every k of 1, 10, 20, 50, 100 up to it; GEM: 200)",
+            kind=int,
+            minimum=1,
+            tasks=_CODE,
+        ),
+        TaskOption(
+            "code_prompt",
+            ("code",),
+            "raw",
+            ("raw", "chat"),
+            "Magicoder's prompt as plain text (raw) or its instruction in the chat template's user turn and the "
+            "response prefix opening the assistant turn (chat: run with --apply_chat_template)",
+            tasks=_CODE,
+        ),
+        TaskOption(
+            "code_tests",
+            ("code",),
+            "base",
+            ("base", "plus"),
+            "the benchmark's own tests (base) or EvalPlus's extended tests (plus)",
+            tasks=_CODE,
+        ),
+        TaskOption(
+            "code_timeout",
+            ("code",),
+            10,
+            None,
+            "seconds one test program may run in the sandbox (eval_tasks.code_execution)",
+            kind=int,
+            minimum=1,
+            tasks=_CODE,
+        ),
+        TaskOption(
+            "code_workers",
+            ("code",),
+            None,
+            None,
+            "sandboxes run at once (default: the CPU count)",
+            kind=int,
+            minimum=1,
+            tasks=_CODE,
+        ),
     )
 }
 
@@ -274,9 +323,14 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
         },
     },
     "gem_official": {
-        "families": ("creative",),
-        "title": "GEM Table 2 (the GEM repository's evaluation_diversity.py)",
-        "settings": {"scoring": "prompt+response", "gem_compat": True, "sbert_model": "paper"},
+        "families": ("creative", "code"),
+        "title": "GEM Table 2 (the GEM repository's evaluation_diversity.py); GEM Tables 6 and 9 (code pass@k)",
+        "settings": {
+            "scoring": "prompt+response",
+            "gem_compat": True,
+            "sbert_model": "paper",
+            "code_samples": 200,
+        },
     },
 }
 
@@ -303,6 +357,8 @@ def family_of_task(task: str) -> str | None:
         "ifeval": "ifeval",
         "poem_diversity": "creative",
         "story_diversity": "creative",
+        "humaneval": "code",
+        "mbpp_plus": "code",
     }.get(short)
 
 

@@ -1,4 +1,6 @@
-"""The per-task lm-eval YAMLs and OpenCompass configs of the in-context NLU suite, from ``eval_tasks/nlu.py``.
+"""The per-task lm-eval YAMLs and OpenCompass configs of the in-context NLU suite, from ``eval_tasks/nlu.py``, and
+the code tasks' lm-eval YAMLs from ``eval_tasks/code_tasks.py`` (``distmatch_<key>.yaml``, including
+``_code_template_yaml``).
 
 Written by ``python tools/generate.py`` (``make generate``; this module only renders the text, the tool compares and
 writes). The task table (``eval_tasks.nlu.ICL_TASKS``, ``MMLU`` and ``NLU_TASK_NAMES``) is the one place the NLU
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from string import Template
 
-from eval_tasks import nlu
+from eval_tasks import code_tasks, nlu
 from eval_tasks.task_options import TASK_OPTIONS
 
 COMMAND = "python tools/generate.py"
@@ -67,6 +69,15 @@ ${task_list}aggregate_metric_list:
     weight_by_size: false
 metadata:
   version: 1.0
+""")
+
+CODE_TASK = Template("""\
+# GEM code evaluation (Tables 6 and 9): ${title}, ${note}.
+# Run with --confirm_run_unsafe_code (the programs run in eval_tasks.code_execution's sandbox).
+task: ${task}
+include: _code_template_yaml
+dataset_kwargs:
+  distmatch_task: ${key}
 """)
 
 OC_TASK = Template('''\
@@ -240,6 +251,11 @@ def lm_eval_group_yaml() -> str:
     return _header("#") + LM_EVAL_GROUP.substitute(task_list=task_list, **_counts())
 
 
+def lm_eval_code_task_yaml(spec: code_tasks.CodeTaskSpec) -> str:
+    header = f"# Generated from eval_tasks/code_tasks.py by `{COMMAND}`; do not edit (`--check` compares).\n"
+    return header + CODE_TASK.substitute(task=spec.task, key=spec.key, title=spec.title, note=spec.note)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # OpenCompass
 
@@ -336,6 +352,8 @@ def generated_files() -> dict[Path, Callable[[], str]]:
     for spec in nlu.ICL_TASKS.values():
         files[LM_EVAL_DIR / f"{spec.task}.yaml"] = lambda spec=spec: lm_eval_task_yaml(spec)
     files[LM_EVAL_DIR / "distmatch_nlu.yaml"] = lm_eval_group_yaml
+    for code_spec in code_tasks.CODE_TASKS.values():
+        files[LM_EVAL_DIR / f"{code_spec.task}.yaml"] = lambda spec=code_spec: lm_eval_code_task_yaml(spec)
     for spec in nlu.ICL_TASKS.values():
         files[OC_DATASETS_DIR / f"{spec.task}_topk_ppl.py"] = lambda spec=spec: oc_task_config(spec)
     files[OC_DATASETS_DIR / "distmatch_nlu_topk_ppl.py"] = oc_suite_config

@@ -4,6 +4,7 @@ lm-eval imports this file by its path, as a module of its own; importing from th
 copy of the classes and caches (loaded encoders, Sentence-BERT models).
 """
 
+from eval_tasks.lm_eval_tasks.code_harness import CodeTask, load_code_dataset
 from eval_tasks.lm_eval_tasks.harness import (
     DiversityTask,
     ICLTask,
@@ -22,6 +23,7 @@ from eval_tasks.lm_eval_tasks.harness import (
 )
 
 __all__ = [
+    "CodeTask",
     "DiversityTask",
     "ICLTask",
     "IFEvalTask",
@@ -30,6 +32,7 @@ __all__ = [
     "diversity_process_results",
     "icl_process_results",
     "ifeval_process_results",
+    "load_code_dataset",
     "load_creative_dataset",
     "load_icl_dataset",
     "load_ifeval_dataset",

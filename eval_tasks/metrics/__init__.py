@@ -61,6 +61,7 @@ from eval_tasks.metrics.next_token import (
 )
 from eval_tasks.metrics.ngram import distinct_n, ngram_diversity, word_tokenize
 from eval_tasks.metrics.paired import mean_se, paired_differences
+from eval_tasks.metrics.pass_at_k import PASS_AT_K, mean_pass_at_k, pass_at_k
 from eval_tasks.metrics.sentence_bert import (
     DEFAULT_SBERT_MODEL,
     GEM_SBERT_MODEL,
@@ -81,6 +82,7 @@ __all__ = [
     "METRICS",
     "METRIC_KEYS",
     "NextTokenStats",
+    "PASS_AT_K",
     "REPORTED_METRICS",
     "corpus_diversity",
     "corpus_ngram_diversity",
@@ -89,11 +91,13 @@ __all__ = [
     "distinct_n",
     "load_sbert",
     "mauve_score",
+    "mean_pass_at_k",
     "mean_se",
     "next_token_distribution",
     "next_token_stats",
     "ngram_diversity",
     "paired_differences",
+    "pass_at_k",
     "resolve_sbert_model",
     "sbert_description",
     "sbert_diversity",

@@ -1,0 +1,208 @@
+"""eval_tasks.code_execution: each attack fails its sample and leaves the host as it was; the opt-in; refusals.
+
+Every attack runs for real in the sandbox (loopback addresses only, bounded time): an infinite loop, a fork loop,
+a memory hog, a write outside the scratch folder, a connection to a listener the test opens on 127.0.0.1, reading
+the parent's environment (directly and through /proc). After each: no file outside scratch, no scratch folder
+left, no process of the sandbox alive.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from distmatch.errors import DistMatchConfigError
+from eval_tasks import code_execution as ce
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or shutil.which("unshare") is None, reason="needs Linux and unshare"
+)
+
+SECRET = "DISTMATCH_TEST_SECRET_" + uuid.uuid4().hex[:8]
+
+
+def _scratch_folders() -> set[str]:
+    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.SCRATCH_PREFIX)}
+
+
+def _sandbox_processes() -> list[str]:
+    """Host processes running a sandboxed program (their command line names a scratch folder's program.py)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if ce.SCRATCH_PREFIX.encode() in cmdline and b"program.py" in cmdline:
+                found.append(f"{entry}: {cmdline!r}")
+    return found
+
+
+@pytest.fixture
+def clean_host():
+    """Asserts, after the test, that no scratch folder and no sandboxed process is left."""
+    before = _scratch_folders()
+    yield
+    assert _scratch_folders() - before == set()
+    assert _sandbox_processes() == []
+
+
+def run(program: str, timeout_s: float = 3.0, **kwargs) -> ce.ExecutionResult:  # noqa: ANN003
+    return ce.execute(program, timeout_s, allow=True, **kwargs)
+
+
+def test_a_correct_program_passes_and_a_failing_one_does_not(clean_host) -> None:
+    ok = run("def f(x):\n    return x + 1\nassert f(1) == 2\n")
+    assert ok == ce.ExecutionResult(True, "passed", 0)
+    bad = run("assert 1 + 1 == 3\n")
+    assert not bad.passed and bad.returncode == 1 and "AssertionError" in bad.reason
+    syntax = run("def f(:\n")
+    assert not syntax.passed and "SyntaxError" in syntax.reason
+
+
+def test_the_program_may_write_in_its_scratch_folder(clean_host) -> None:
+    result = run(
+        "import os, tempfile\nopen('out.txt', 'w').write('x')\n"
+        "open(os.path.join(tempfile.gettempdir(), 't'), 'w').write('y')\nassert open('out.txt').read() == 'x'\n"
+    )
+    assert result.passed, result.reason
+
+
+def test_infinite_loop_is_killed_at_the_time_limit(clean_host) -> None:
+    start = time.monotonic()
+    result = run("while True:\n    pass\n", timeout_s=1.0)
+    elapsed = time.monotonic() - start
+    assert not result.passed and result.reason == "timed out after 1s"
+    assert elapsed < 4.0
+
+
+def test_fork_loop_is_contained_and_every_child_is_gone(clean_host) -> None:
+    program = (
+        "import os, time\n"
+        "forked = 0\n"
+        "for _ in range(10000):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(60)\n"
+        "            os._exit(0)\n"
+        "        forked += 1\n"
+        "    except OSError:\n"
+        "        break\n"
+        "print(forked)\n"
+        "raise SystemExit(0 if forked >= 10000 else 3)\n"
+    )
+    result = run(program, timeout_s=3.0, limits=ce.SandboxLimits(processes=16))
+    # The process limit stops the loop long before 10,000 children; the sleeping children die with the program.
+    assert not result.passed and result.returncode == 3, result
+
+
+def test_memory_hog_fails(clean_host) -> None:
+    result = run("x = bytearray(3 * 2**30)\nx[-1] = 1\n", limits=ce.SandboxLimits(memory_mb=256))
+    assert not result.passed and "MemoryError" in result.reason
+
+
+def test_a_huge_file_is_stopped_by_the_file_size_limit(clean_host) -> None:
+    result = run("open('big', 'wb').write(b'0' * (8 * 2**20))\n", limits=ce.SandboxLimits(file_size_mb=1))
+    # Python ignores SIGXFSZ, so the write fails with EFBIG.
+    assert not result.passed and "File too large" in result.reason
+
+
+@pytest.mark.parametrize("where", ["tmp", "world_writable_folder"])
+def test_write_outside_scratch_fails_and_leaves_no_file(clean_host, where) -> None:
+    folder = Path(tempfile.gettempdir())
+    if where == "world_writable_folder":  # even a folder everyone may write to is read-only from inside
+        folder = Path(tempfile.mkdtemp(prefix="distmatch-test-open-"))
+        folder.chmod(0o777)
+    target = folder / f"distmatch-escape-{uuid.uuid4().hex}"
+    try:
+        result = run(f"open({str(target)!r}, 'w').write('escaped')\n")
+        assert not result.passed and "Read-only file system" in result.reason
+        assert not target.exists()
+    finally:
+        if where == "world_writable_folder":
+            shutil.rmtree(folder)
+
+
+def test_connection_to_a_loopback_listener_fails(clean_host) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        program = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n"
+        result = run(program)
+        with pytest.raises(TimeoutError):
+            server.accept()  # nothing ever connected
+    assert not result.passed and "Network is unreachable" in result.reason
+
+
+def test_the_parent_environment_is_not_visible(clean_host, monkeypatch) -> None:
+    monkeypatch.setenv(SECRET, "hunter2")
+    direct = run(f"import os\nassert os.environ.get({SECRET!r}) == 'hunter2'\n")
+    assert not direct.passed and "AssertionError" in direct.reason
+    # Nor through /proc: it shows only the sandbox's own processes, so no process holds the secret.
+    via_proc = run(
+        "import os\nfound = []\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n        found.append(open(f'/proc/{pid}/environ', 'rb').read())\n"
+        "    except OSError:\n        pass\n"
+        f"assert any(b'hunter2' in e for e in found), sorted(os.listdir('/proc'))[:5]\n"
+    )
+    assert not via_proc.passed and "AssertionError" in via_proc.reason
+    seen = run("import os\nprint(sorted(os.environ))\nassert set(os.environ) <= {'PATH', 'HOME', 'TMPDIR', 'LANG', 'LC_CTYPE'}\n")
+    assert seen.passed, seen.reason
+
+
+def test_nothing_runs_without_the_opt_in(clean_host, monkeypatch, tmp_path) -> None:
+    marker = tmp_path / "ran"
+    monkeypatch.delenv(ce.ALLOW_ENV, raising=False)
+    for call in (
+        lambda: ce.execute(f"open({str(marker)!r}, 'w')", 2.0),
+        lambda: ce.execute_many([f"open({str(marker)!r}, 'w')"], 2.0),
+        lambda: ce.execute("pass", 2.0, allow=False),
+    ):
+        with pytest.raises(DistMatchConfigError, match="Refusing to run model-generated code") as err:
+            call()
+        assert "\n" not in str(err.value)
+    assert not marker.exists()
+    monkeypatch.setenv(ce.ALLOW_ENV, "1")
+    assert ce.execute("pass", 2.0).passed
+
+
+def test_without_unshare_it_refuses_instead_of_running_unsandboxed(monkeypatch, tmp_path) -> None:
+    marker = tmp_path / "ran"
+    monkeypatch.setattr(ce.shutil, "which", lambda name: None)
+    with pytest.raises(ce.SandboxUnavailable, match="needs util-linux's `unshare`"):
+        run(f"open({str(marker)!r}, 'w')")
+    assert not marker.exists() and _scratch_folders() == _scratch_folders()
+
+
+def test_bad_timeout_is_refused() -> None:
+    with pytest.raises(DistMatchConfigError, match="timeout_s must be a positive number"):
+        ce.execute("pass", 0, allow=True)
+
+
+def test_execute_many_keeps_the_order(clean_host) -> None:
+    results = ce.execute_many(["pass", "raise SystemExit(4)", "pass"], 3.0, workers=2, allow=True)
+    assert [r.passed for r in results] == [True, False, True] and results[1].returncode == 4
+
+
+def test_the_host_mounts_stay_writable_after_a_run(clean_host, tmp_path) -> None:
+    """The read-only remounts happen in the sandbox's own mount namespace only."""
+    run("pass")
+    probe = tmp_path / "probe"
+    probe.write_text("ok")
+    assert probe.read_text() == "ok"
+    out = subprocess.run(["findmnt", "-n", "-o", "OPTIONS", "/"], capture_output=True, text=True, check=False)
+    if out.returncode == 0:
+        assert out.stdout.split(",")[0].strip() == "rw"
