@@ -193,7 +193,9 @@ def execute(
     """Run `program` (Python source) in the sandbox; passed = exit status 0 within `timeout_s` seconds."""
     check_allowed(allow)
     if not (isinstance(timeout_s, int | float) and timeout_s > 0):
-        raise DistMatchConfigError(f"execute: timeout_s must be a positive number of seconds, got {timeout_s!r}.")
+        raise DistMatchConfigError(
+            f"execute: timeout_s must be a positive number of seconds, got {timeout_s!r}."
+        )
     limits = limits or SandboxLimits()
     real_root = os.geteuid() == 0
     scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
@@ -230,7 +232,9 @@ def execute(
         if code == _SETUP_FAILED and b"sandbox setup failed" in err:
             raise SandboxUnavailable(_tail(err) + " (nothing was run)")
         if code == 1 and b"unshare:" in err and b"Traceback" not in err:
-            raise SandboxUnavailable(f"cannot create the sandbox's namespaces: {_tail(err)} (nothing was run)")
+            raise SandboxUnavailable(
+                f"cannot create the sandbox's namespaces: {_tail(err)} (nothing was run)"
+            )
         if code < 0:
             return ExecutionResult(False, f"killed by signal {signal.Signals(-code).name}", code)
         return ExecutionResult(False, f"exit status {code}: {_tail(err)}", code)

@@ -47,7 +47,9 @@ class CodeTask(DistMatchTask):
         config["repeats"] = n
         config["filter_list"] = [{"name": "none", "filter": [{"function": "take_first_k", "k": n}]}]
         config["metric_list"] = [
-            {"metric": f"pass@{k}", "aggregation": "mean", "higher_is_better": True} for k in PASS_AT_K if k <= n
+            {"metric": f"pass@{k}", "aggregation": "mean", "higher_is_better": True}
+            for k in PASS_AT_K
+            if k <= n
         ]
         if self.resolved["code_prompt"] == "chat":
             config["gen_prefix"] = "{{distmatch_prefix}}"

@@ -139,7 +139,9 @@ def test_connection_to_a_loopback_listener_fails(clean_host) -> None:
         server.listen(1)
         server.settimeout(0.5)
         port = server.getsockname()[1]
-        program = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n"
+        program = (
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n"
+        )
         result = run(program)
         with pytest.raises(TimeoutError):
             server.accept()  # nothing ever connected
@@ -156,10 +158,12 @@ def test_the_parent_environment_is_not_visible(clean_host, monkeypatch) -> None:
         "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
         "    try:\n        found.append(open(f'/proc/{pid}/environ', 'rb').read())\n"
         "    except OSError:\n        pass\n"
-        f"assert any(b'hunter2' in e for e in found), sorted(os.listdir('/proc'))[:5]\n"
+        "assert any(b'hunter2' in e for e in found), sorted(os.listdir('/proc'))[:5]\n"
     )
     assert not via_proc.passed and "AssertionError" in via_proc.reason
-    seen = run("import os\nprint(sorted(os.environ))\nassert set(os.environ) <= {'PATH', 'HOME', 'TMPDIR', 'LANG', 'LC_CTYPE'}\n")
+    seen = run(
+        "import os\nprint(sorted(os.environ))\nassert set(os.environ) <= {'PATH', 'HOME', 'TMPDIR', 'LANG', 'LC_CTYPE'}\n"
+    )
     assert seen.passed, seen.reason
 
 
