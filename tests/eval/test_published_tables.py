@@ -1,7 +1,7 @@
 """Every published number in eval_tasks/published/*.json pinned to its paper's table text.
 
 The fixtures (tests/eval/fixtures/paper_tables/) are the table lines copied from the papers' text (EMO ICLR 2024:
-Tables 1, 2, 3, 6, 7, 8; GEM: Tables 1 and 2, the Sec. 5.1 perplexity sentence) and from the GEM repository's
+Tables 1, 2, 3, 6, 7, 8; GEM: Tables 1, 2, 6 and 9, the Sec. 5.1 perplexity sentence) and from the GEM repository's
 result.md. Each is parsed here into cells keyed by (table, benchmark, metric, method, base model); the JSON of each
 source must hold exactly those cells with exactly those values (a transposed digit, a missing or an extra cell
 fails), the repository file a subset of its table's rows, complete for every method it quotes.
@@ -120,12 +120,25 @@ def _gem_table1_columns() -> list[tuple[str, str]]:
     ]
 
 
+_CODE_BENCHMARKS = {"HumanEval": "humaneval", "MBPP": "mbpp_plus"}  # GEM's MBPP = the 378 MBPP+ problems
+
+
+def _gem_code_columns(name: str) -> list[tuple[str, str]]:
+    """(benchmark, "pass@k") of Tables 6 and 9 from their two header lines ("HumanEval | MBPP" / "Pass@10 | ...")."""
+    benchmarks, passes = [[p.strip() for p in line.split("|") if p.strip()] for line in _lines(name)[:2]]
+    per = len(passes) // (len(benchmarks) - 1)
+    columns = [_CODE_BENCHMARKS[b] for b in benchmarks[1:] for _ in range(per)]
+    return [(b, p.lower()) for b, p in zip(columns, passes, strict=True)]
+
+
 def gem_cells() -> dict[Key, float]:
     methods = ("CE", "CE+WD", "CE+Entropy", "GEM-Linear", "GEM-LS")
     cells: dict[Key, float] = {}
     for name, table, columns in (
         ("gem_table1.txt", "Table 1", _gem_table1_columns()),
         ("gem_table2.txt", "Table 2", _GEM_TABLE2),
+        ("gem_table6.txt", "Table 6", _gem_code_columns("gem_table6.txt")),
+        ("gem_table9.txt", "Table 9", _gem_code_columns("gem_table9.txt")),
     ):
         rows = _pipe_rows(name, methods)
         assert [m for m, _ in rows] == list(methods), name
@@ -199,7 +212,7 @@ def test_a_transposed_digit_is_found() -> None:
     assert mismatches({**published, key: 45.7}, table) == [f"{key}: published 45.7, table 47.5"]
     del published[key]
     assert mismatches(published, table) == [f"{key}: table 47.5, not published"]
-    assert len(table) == 264 and len(gem_cells()) == 53  # every cell of the copied tables parsed
+    assert len(table) == 264 and len(gem_cells()) == 133  # every cell of the copied tables parsed
 
 
 def test_report_shows_the_paper_cells_and_their_eight_task_mean() -> None:
