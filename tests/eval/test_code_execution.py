@@ -210,3 +210,21 @@ def test_the_host_mounts_stay_writable_after_a_run(clean_host, tmp_path) -> None
     out = subprocess.run(["findmnt", "-n", "-o", "OPTIONS", "/"], capture_output=True, text=True, check=False)
     if out.returncode == 0:
         assert out.stdout.split(",")[0].strip() == "rw"
+
+
+def test_the_limits_and_the_user_inside(clean_host) -> None:
+    limits = ce.SandboxLimits(memory_mb=300, file_size_mb=2, processes=7)
+    program = (
+        "import os, resource as r\n"
+        "assert r.getrlimit(r.RLIMIT_CPU) == (4, 4)\n"  # ceil(2.5 s) + 1: a backstop behind the wall-clock kill
+        "assert r.getrlimit(r.RLIMIT_AS) == (300 * 2**20,) * 2\n"
+        "assert r.getrlimit(r.RLIMIT_FSIZE) == (2 * 2**20,) * 2\n"
+        "assert r.getrlimit(r.RLIMIT_NPROC) == (7, 7)\n"
+        "assert os.getpid() == 1\n"  # PID 1 of its own PID namespace
+        f"assert os.geteuid() == {65534 if os.geteuid() == 0 else 0}\n"  # nobody when started by root
+        "status = open('/proc/self/status').read()\n"
+        "assert 'CapEff:\\t0000000000000000' in status and 'NoNewPrivs:\\t1' in status, status\n"
+        "assert '/distmatch-sandbox-' in os.getcwd() and os.environ['HOME'] == os.getcwd()\n"
+    )
+    result = ce.execute(program, 2.5, limits=limits, allow=True)
+    assert result.passed, result.reason
