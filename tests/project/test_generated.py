@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import nlu
+from eval_tasks import code_tasks, nlu
 from tests.helpers.env import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -52,6 +52,7 @@ def _generated_names() -> set[Path]:
     return {
         *(LM_EVAL / f"{task}.yaml" for task in icl),
         LM_EVAL / "distmatch_nlu.yaml",
+        *(LM_EVAL / f"{spec.task}.yaml" for spec in code_tasks.CODE_TASKS.values()),
         *(DATASETS / f"{task}_topk_ppl.py" for task in icl),
         DATASETS / "distmatch_nlu_topk_ppl.py",
         DATASETS / "distmatch_nlu_emo_code_topk_ppl.py",
@@ -103,7 +104,7 @@ def test_generated_files_carry_the_header_and_the_rest_is_hand_written() -> None
         if path.is_file() and HEADER in _first_line(path)
     }
     assert marked == _generated_names()
-    assert len(marked) == 2 * len(nlu.ICL_TASKS) + 5
+    assert len(marked) == 2 * len(nlu.ICL_TASKS) + 5 + len(code_tasks.CODE_TASKS)
     assert HEADER in _first_line(REPO / NAMES_MODULE)
 
 
