@@ -123,7 +123,7 @@ def _data_tasks(task_names: Iterable[str]) -> list[str]:
 
 def requested_splits(task_names: Iterable[str]) -> list[tuple[str, str, str]]:
     """(data key, Hub dataset id, split) of every split the requested distmatch tasks load."""
-    from eval_tasks import dataset_loading, nlu
+    from eval_tasks import code_tasks, dataset_loading, nlu
 
     splits = []
     for key in _task_keys(task_names):
@@ -134,6 +134,11 @@ def requested_splits(task_names: Iterable[str]) -> list[tuple[str, str, str]]:
             splits += [(key, nlu.MMLU.path, nlu.MMLU.test_split), (key, nlu.MMLU.path, nlu.MMLU.shot_split)]
         elif key == dataset_loading.IFEVAL["key"]:
             splits.append((key, dataset_loading.IFEVAL["path"], dataset_loading.IFEVAL["split"]))
+        elif (
+            key in code_tasks.CODE_TASKS
+        ):  # the base rows (HumanEval+'s, with code_tests: plus, are checked on load)
+            code = code_tasks.CODE_TASKS[key]
+            splits.append((key, code.path, code.split))
     return list(dict.fromkeys(splits))
 
 

@@ -118,3 +118,15 @@ def test_code_options_and_the_gem_protocol() -> None:
     assert "code_tests='extra' is invalid" in message and "one of 'base', 'plus'" in message
     assert "unknown task option 'code_timout' (did you mean 'code_timeout'?)" in message
     assert "\n" not in message
+
+
+def test_preflight_knows_the_code_tasks_options_and_data(tmp_path) -> None:
+    from eval_tasks.lm_eval_tasks.preflight import check_options_apply, missing_data
+
+    check_options_apply(["distmatch_humaneval"], {"protocol": "gem_official", "code_samples": 3})
+    with pytest.raises(DistMatchConfigError, match="num_samples=3 is not read by distmatch_humaneval"):
+        check_options_apply(["distmatch_humaneval"], {"num_samples": 3})
+    assert missing_data(["distmatch_humaneval", "distmatch_mbpp_plus"], str(FIXTURES)) == []
+    assert missing_data(["distmatch_mbpp_plus"], str(tmp_path)) == [
+        f"{tmp_path / 'mbpp_plus' / 'test.jsonl'} (Hub 'evalplus/mbppplus', split 'test')"
+    ]
