@@ -93,7 +93,7 @@ def _drop_privileges(real_root: bool) -> None:
 
 def main(argv: list[str]) -> None:
     try:
-        scratch, cpu_s, memory_bytes, file_bytes, processes, real_root, program, python = argv
+        scratch, cpu_s, memory_bytes, file_bytes, processes, real_root, program, python, packages = argv
         _read_only_except(scratch)
         _limits(int(cpu_s), int(memory_bytes), int(file_bytes), int(processes))
         os.chdir(scratch)
@@ -105,7 +105,13 @@ def main(argv: list[str]) -> None:
     except Exception as err:  # noqa: BLE001 - any setup error: refuse to run the program
         _fail(f"{type(err).__name__}: {err}")
     env = {"PATH": "/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8"}
-    os.execve(python, [python, "-I", "-B", program], env)
+    # One BLAS / OpenMP thread: threads count against the process limit (numpy would start one per core).
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if (
+        packages
+    ):  # the launcher's site-packages (numpy for EvalPlus's tests) when the interpreter is another one
+        env["PYTHONPATH"] = packages
+    os.execve(python, [python, "-s", "-B", program], env)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,15 @@ def _interpreter(real_root: bool) -> str:
     return sys.executable
 
 
+def _packages() -> str:
+    """This interpreter's site-packages, for a sandbox interpreter of the same Python version (the system one when
+    started as root): EvalPlus's tests import numpy."""
+    import sysconfig
+
+    paths = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+    return os.pathsep.join(p for p in paths if os.path.isdir(p))
+
+
 def _launcher(scratch: str, timeout_s: float, limits: SandboxLimits, real_root: bool) -> list[str]:
     unshare = shutil.which("unshare")
     if unshare is None:
@@ -115,6 +124,7 @@ def _launcher(scratch: str, timeout_s: float, limits: SandboxLimits, real_root: 
     if not real_root:
         namespaces.insert(0, "--map-root-user")  # a user namespace gives the other namespaces without root
     cpu = max(1, math.ceil(timeout_s)) + 1
+    python = _interpreter(real_root)
     args = [
         scratch,
         str(cpu),
@@ -123,7 +133,8 @@ def _launcher(scratch: str, timeout_s: float, limits: SandboxLimits, real_root: 
         str(limits.processes),
         "1" if real_root else "0",
         os.path.join(scratch, "program.py"),
-        _interpreter(real_root),
+        python,
+        _packages() if python != sys.executable else "",
     ]
     return [unshare, *namespaces, "--", sys.executable, "-I", "-B", str(_INIT), *args]
 

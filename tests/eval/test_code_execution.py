@@ -162,9 +162,19 @@ def test_the_parent_environment_is_not_visible(clean_host, monkeypatch) -> None:
     )
     assert not via_proc.passed and "AssertionError" in via_proc.reason
     seen = run(
-        "import os\nprint(sorted(os.environ))\nassert set(os.environ) <= {'PATH', 'HOME', 'TMPDIR', 'LANG', 'LC_CTYPE'}\n"
+        "import os\nallowed = {'PATH', 'HOME', 'TMPDIR', 'LANG', 'LC_CTYPE', 'PYTHONPATH'}\n"
+        "allowed |= {'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS'}\n"
+        "assert set(os.environ) <= allowed, sorted(os.environ)\n"
+        "assert all('site-packages' in p for p in os.environ.get('PYTHONPATH', 'site-packages').split(':'))\n"
     )
     assert seen.passed, seen.reason
+
+
+def test_the_launchers_packages_are_importable() -> None:
+    """EvalPlus's tests import numpy: the sandbox's interpreter sees the launcher's site-packages."""
+    pytest.importorskip("numpy")
+    result = run("import numpy as np\nnp.testing.assert_allclose(np.array([1.0]), [1.0 + 1e-9], atol=1e-6)\n")
+    assert result.passed, result.reason
 
 
 def test_nothing_runs_without_the_opt_in(clean_host, monkeypatch, tmp_path) -> None:
