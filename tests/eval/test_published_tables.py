@@ -75,7 +75,8 @@ _GEM_TTS_TABLES = [
     (
         "gem_table4.txt",
         "Table 4",
-        [("alpacaeval_bon", f"reward_bon@{k}") for k in _KS] + [("alpacaeval_bon", f"win_rate_bon@{k}") for k in _KS],
+        [("alpacaeval_bon", f"reward_bon@{k}") for k in _KS]
+        + [("alpacaeval_bon", f"win_rate_bon@{k}") for k in _KS],
     ),
     ("gem_table5.txt", "Table 5", [("gsm8k", m) for m in _VOTING]),
     ("gem_table7.txt", "Table 7", [("gsm8k", m) for m in _VOTING]),
