@@ -73,8 +73,7 @@ def test_math_tasks_sample_and_score_the_first_k(bon_run: Path) -> None:
         samples = _samples(bon_run, task)
         assert len(samples) == 3
         for record in samples:
-            (context,) = {str(a[0]) for a in (record["arguments"].values() if isinstance(record["arguments"], dict)
-                                              else record["arguments"])}
+            context = record["arguments"]["gen_args_0"]["arg_0"]
             assert "<|user|>" in context  # the chat template
             assert GEM_MATH_PROMPT.format(question=record["doc"]["question"]) in context
             assert len(record["resps"][0]) == 4  # bon_samples responses, all kept
@@ -101,7 +100,9 @@ def test_math_tasks_sample_and_score_the_first_k(bon_run: Path) -> None:
         assert (gen["temperature"], gen["top_k"], gen["top_p"], gen["max_gen_toks"]) == (0.6, 50, 0.9, 6)
 
 
-def test_alpacaeval_bon_scores_samples_and_reference_with_the_reward_model(bon_run: Path, reward_model: Path) -> None:
+def test_alpacaeval_bon_scores_samples_and_reference_with_the_reward_model(
+    bon_run: Path, reward_model: Path
+) -> None:
     task = "distmatch_alpacaeval_bon"
     samples = _samples(bon_run, task)
     refs = [json.loads(line) for line in (DATA / "alpacaeval" / "eval.jsonl").read_text().splitlines()]
@@ -133,7 +134,9 @@ def test_reward_is_the_score_at_the_last_real_token(reward_model: Path) -> None:
     batched = scorer.score([short[0], long[0]], [short[1], long[1]])
     model = AutoModelForSequenceClassification.from_pretrained(reward_model).eval()
     text = scorer.text(*short)
-    assert "<|assistant|>" in text and text.index("ok") < text.rindex("<|assistant|>")  # GEM's trailing header
+    assert "<|assistant|>" in text and text.index("ok") < text.rindex(
+        "<|assistant|>"
+    )  # GEM's trailing header
     ids = scorer.tokenizer(text, return_tensors="pt", add_special_tokens=False)
     with torch.no_grad():
         alone = model(**ids).logits[0, 0].item()
@@ -155,10 +158,17 @@ def test_process_results_on_crafted_answers(workdir: Path) -> None:
     samples = ["The answer is: 8", "so the answer is 7 pens", "The answer is: 8", "no idea"]
     scores = gsm.process_results(doc, [samples])
     assert scores == {"mv@1": 0.0, "bon@1": 0.0, "mv@4": 0.0, "bon@4": 100.0, "no_answer": 25.0}
-    assert gsm.process_results(doc, [["The answer is: 7.0", *samples[1:]]])["mv@4"] == 100.0  # 7 vs 7 vs 8 8 tie
+    assert (
+        gsm.process_results(doc, [["The answer is: 7.0", *samples[1:]]])["mv@4"] == 100.0
+    )  # 7 vs 7 vs 8 8 tie
     math_task = _task("distmatch_math", {"data_dir": str(DATA), "bon_samples": 4})
     doc = next(iter(math_task.test_docs()))
-    samples = ["The answer is: 0.5", "The answer is: \\dfrac{1}{2}.\nDone", "The answer is: 1/3", "The answer is: 1/3"]
+    samples = [
+        "The answer is: 0.5",
+        "The answer is: \\dfrac{1}{2}.\nDone",
+        "The answer is: 1/3",
+        "The answer is: 1/3",
+    ]
     # Normalised votes: \frac{1}{2} x2 (first seen) ties \frac{1}{3} x2 -> correct.
     assert math_task.process_results(doc, [samples])["mv@4"] == 100.0
     greedy = _task("distmatch_math", {"data_dir": str(DATA), "greedy": True})
@@ -167,14 +177,20 @@ def test_process_results_on_crafted_answers(workdir: Path) -> None:
 
 
 def test_gem_official_protocol_sets_the_papers_sampling() -> None:
-    for name, tokens in (("distmatch_gsm8k", 512), ("distmatch_math", 512), ("distmatch_alpacaeval_bon", 2048)):
+    for name, tokens in (
+        ("distmatch_gsm8k", 512),
+        ("distmatch_math", 512),
+        ("distmatch_alpacaeval_bon", 2048),
+    ):
         task = _task(name, {"data_dir": str(DATA), "protocol": "gem_official"})
         gen = task.config.generation_kwargs
         assert task.config.repeats == 32 and gen["max_gen_toks"] == tokens, name
         assert (gen["do_sample"], gen["temperature"], gen["top_k"], gen["top_p"]) == (True, 0.6, 50, 0.9)
         metrics = [m["metric"] for m in task.config.metric_list]
         first = "reward_bon" if name.endswith("bon") else "mv"
-        assert [m for m in metrics if m.startswith(first + "@")] == [f"{first}@{k}" for k in (1, 4, 8, 16, 32)]
+        assert [m for m in metrics if m.startswith(first + "@")] == [
+            f"{first}@{k}" for k in (1, 4, 8, 16, 32)
+        ]
     default = _task("distmatch_gsm8k", {"data_dir": str(DATA)})
     assert default.config.repeats == 8 and default.config.generation_kwargs["max_gen_toks"] == 256
 
@@ -182,7 +198,9 @@ def test_gem_official_protocol_sets_the_papers_sampling() -> None:
 def test_bad_options_are_refused_in_one_line() -> None:
     with pytest.raises(DistMatchConfigError, match=r"bon_samples=0 is invalid .* expected an integer >= 1"):
         _task("distmatch_gsm8k", {"bon_samples": 0})
-    with pytest.raises(DistMatchConfigError, match=r"math_checker='sympy' is invalid .* 'hendrycks', 'math_verify'"):
+    with pytest.raises(
+        DistMatchConfigError, match=r"math_checker='sympy' is invalid .* 'hendrycks', 'math_verify'"
+    ):
         _task("distmatch_math", {"math_checker": "sympy"})
     with pytest.raises(DistMatchConfigError, match=r"reward_model='/nonexistent/rm' cannot be loaded"):
         RewardScorer("/nonexistent/rm")
