@@ -41,7 +41,8 @@ def test_options_a_task_does_not_read_table_checks() -> None:
     from eval_tasks.lm_eval_tasks.preflight import check_options_apply, preflight
 
     with pytest.raises(
-        DistMatchConfigError, match=r"protocol='gem_official' is for the creative writing tasks"
+        DistMatchConfigError,
+        match=r"protocol='gem_official' is for the creative writing, GSM8K / MATH voting and AlpacaEval best-of-n tasks",
     ):
         preflight(["distmatch_sst2"], {"protocol": "gem_official"}, [])  # what the hook runs
     check_options_apply(["distmatch_nlu"], {"protocol": "emo_official", "template": "paper", "data_dir": "d"})
@@ -53,7 +54,10 @@ def test_options_a_task_does_not_read_table_checks() -> None:
     with pytest.raises(DistMatchConfigError) as err:
         check_options_apply(["distmatch_sst2"], {"protocol": "gem_official", "num_samples": 4})
     message = str(err.value)
-    assert "protocol='gem_official' is for the creative writing tasks, not distmatch_sst2" in message
+    assert (
+        "protocol='gem_official' is for the creative writing, GSM8K / MATH voting and AlpacaEval best-of-n tasks, "
+        "not distmatch_sst2" in message
+    )
     assert "accepted for distmatch_sst2: default, emo_official" in message
     assert "num_samples=4 is not read by distmatch_sst2 (only by the creative writing tasks)" in message
     with pytest.raises(DistMatchConfigError, match=r"not distmatch_creative \(creative writing\); accepted for "
@@ -71,7 +75,8 @@ def test_options_a_task_does_not_read_table_checks() -> None:
         (
             "distmatch_sst2",
             {"protocol": "gem_official"},
-            "protocol='gem_official' is for the creative writing tasks, not distmatch_sst2 (NLU retrieval tasks); "
+            "protocol='gem_official' is for the creative writing, GSM8K / MATH voting and AlpacaEval best-of-n tasks, "
+            "not distmatch_sst2 (NLU retrieval tasks); "
             "accepted for distmatch_sst2: default, emo_official",
         ),
         (
