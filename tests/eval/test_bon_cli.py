@@ -157,3 +157,36 @@ def test_reward_scores_samples_and_gpt4_references(
     args[args.index(str(refs))] = str(missing)
     assert cli.main(args) == 2
     assert "no reference output for the prompt of record 1" in capsys.readouterr().err
+
+
+def test_report_puts_a_run_beside_the_published_best_of_n_rows(tmp_path: Path) -> None:
+    """`distmatch-eval report` on an lm-eval results file of distmatch_gsm8k: the run's percent values as they are
+    (not x100 again), next to GEM Table 5's and Table 7's rows."""
+    results = {
+        "results": {
+            "distmatch_gsm8k": {
+                "name": "distmatch_gsm8k",
+                "mv@4,none": 52.5,
+                "mv@4_stderr,none": 1.0,
+                "bon@4,none": 66.25,
+                "no_answer,none": 3.0,
+            }
+        },
+        "configs": {"distmatch_gsm8k": {"task": "distmatch_gsm8k", "metadata": {"bon_samples": 4}}},
+        "config": {"model": "hf", "model_args": "pretrained=x"},
+    }
+    path = tmp_path / "run" / "results_2026-01-01T00-00-00.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(results))
+    out = tmp_path / "report"
+    assert cli.main(["report", "--run", f"mine={path}", "-o", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    section = report.split("### GSM8K voting / coverage (GEM Tables 5, 7; %)", 1)[1].split("\n\n", 2)[1]
+    lines = section.splitlines()
+    assert lines[0].startswith("| run | mv@4 | mv@8 | mv@16 | mv@32 | bon@4 |")
+    mine = next(line for line in lines if "mine" in line)
+    assert "52.50" in mine and "66.25" in mine and "5250" not in mine
+    rows = {line.split(" | ")[0]: line for line in lines}
+    assert "| 51.63 | 55.57 | 58.61 | 62.17 | 65.28 |" in rows["| CE · Llama-3-8B [GEM Table 5]"]
+    assert "| 73.46 | 73.77 | 75.13 | 76.57 | 76.50 |" in rows["| CE · Llama-3-8B [GEM Table 7]"]
+    assert "### Other lm-eval tasks" not in report  # shown once, in its own section
