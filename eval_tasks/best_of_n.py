@@ -41,6 +41,7 @@ __all__ = [
     "math_documents",
     "math_question_scores",
     "reward_question_scores",
+    "rows_by_prompt",
 ]
 
 #: GEM's instruction for GSM8K and MATH (GEM repository, evaluation_gsm8k_voting.py: TEMPLATE), one user turn.
