@@ -15,7 +15,7 @@ from typing import Any
 
 from eval_tasks import best_of_n
 from eval_tasks.lm_eval_tasks.harness import DistMatchTask, _dataset_dict
-from eval_tasks.task_options import resolve
+from eval_tasks.task_options import TASK_OPTIONS, resolve
 
 __all__ = [
     "AlpacaEvalBONTask",
@@ -23,6 +23,7 @@ __all__ = [
     "load_alpacaeval_dataset",
     "load_math_dataset",
     "math_voting_process_results",
+    "reward_bon_process_results",
 ]
 
 #: (default, gem_official) new tokens per sample of each family.
@@ -43,6 +44,15 @@ def math_voting_process_results(doc: Mapping[str, Any], results: list[list[str]]
     """Default options (the task class passes its own); GSM8K scoring."""
     samples = [str(s) for s in results[0]]
     return best_of_n.math_question_scores("gsm8k", samples, str(doc["gold"]), best_of_n.ks_for(len(samples)))
+
+
+def reward_bon_process_results(doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
+    """Default options (the task class passes its own): the default reward model."""
+    samples = [str(s) for s in results[0]]
+    scorer = best_of_n.RewardScorer(str(TASK_OPTIONS["reward_model"].default))
+    rewards = scorer.score([str(doc["prompt"])] * (len(samples) + 1), [*samples, str(doc["reference"])])
+    scores = best_of_n.reward_question_scores(rewards[:-1], rewards[-1], best_of_n.ks_for(len(samples)))
+    return {**scores, "reference_reward": rewards[-1]}
 
 
 def _metric_list(names: list[str]) -> list[dict[str, Any]]:

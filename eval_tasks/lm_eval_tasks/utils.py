@@ -10,6 +10,7 @@ from eval_tasks.lm_eval_tasks.best_of_n import (
     load_alpacaeval_dataset,
     load_math_dataset,
     math_voting_process_results,
+    reward_bon_process_results,
 )
 from eval_tasks.lm_eval_tasks.harness import (
     DiversityTask,
@@ -34,6 +35,7 @@ __all__ = [
     "load_alpacaeval_dataset",
     "load_math_dataset",
     "math_voting_process_results",
+    "reward_bon_process_results",
     "DiversityTask",
     "ICLTask",
     "IFEvalTask",
