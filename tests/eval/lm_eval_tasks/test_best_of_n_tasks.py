@@ -193,6 +193,11 @@ def test_gem_official_protocol_sets_the_papers_sampling() -> None:
         ]
     default = _task("distmatch_gsm8k", {"data_dir": str(DATA)})
     assert default.config.repeats == 8 and default.config.generation_kwargs["max_gen_toks"] == 256
+    chat = _task("distmatch_alpacaeval_bon", {"data_dir": str(DATA)})
+    assert chat.config.repeats == 8 and chat.config.generation_kwargs["max_gen_toks"] == 512
+    assert (
+        chat.config.metadata["reward_model"] == "sfairXC/FsfairX-LLaMA3-RM-v0.1"
+    )  # GEM's, loaded when scoring
 
 
 def test_bad_options_are_refused_in_one_line() -> None:
