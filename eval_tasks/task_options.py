@@ -24,7 +24,8 @@ the paper's protocol, which :func:`protocol_differences` reports).
   group's ``acc_ppl``.
 * ``gem_official`` (GEM creative writing, Table 2): prompt + response scored (``scoring: prompt+response``), Self-BLEU
   against the first other sample only (``gem_compat``), and the paper's Sentence-BERT model
-  ``bert-large-nli-stsb-mean-tokens`` (``sbert_model: paper``) when it can be loaded.
+  ``bert-large-nli-stsb-mean-tokens`` (``sbert_model: paper``) when it can be loaded. For GSM8K / MATH / AlpacaEval
+  best-of-n (Tables 4, 5, 7, 8): 32 samples per question (``bon_samples``) and the paper's new-token limits.
 
 Pure Python: nothing here imports lm-eval, datasets or torch.
 """
@@ -55,8 +56,9 @@ __all__ = [
     "resolve",
 ]
 
-#: Task families: the seven retrieval tasks, MMLU, IFEval, the two creative-writing tasks, the two code tasks.
-FAMILIES = ("icl", "mmlu", "ifeval", "creative", "code")
+#: Task families: the seven retrieval tasks, MMLU, IFEval, the two creative-writing tasks, the two code tasks,
+#: GSM8K / MATH voting, AlpacaEval best-of-n.
+FAMILIES = ("icl", "mmlu", "ifeval", "creative", "code", "math", "chat_bon")
 #: The families as the messages name them.
 FAMILY_NAMES = {
     "icl": "NLU retrieval tasks",
@@ -64,6 +66,8 @@ FAMILY_NAMES = {
     "ifeval": "IFEval",
     "creative": "creative writing",
     "code": "code generation",
+    "math": "GSM8K / MATH voting",
+    "chat_bon": "AlpacaEval best-of-n",
 }
 _NLU = ("icl", "mmlu")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "none", "")
@@ -121,6 +125,7 @@ def _non_empty(value: Any) -> bool:
 _ICL = "NLU retrieval tasks"
 _CREATIVE = "creative writing"
 _CODE = "code tasks (HumanEval, MBPP+)"
+_TTS = "GSM8K / MATH / AlpacaEval best-of-n tasks"
 
 #: Every option of the distmatch tasks, in the order the docs list them. Keep in one place: everything reads it.
 TASK_OPTIONS: dict[str, TaskOption] = {
@@ -132,8 +137,9 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             "default",
             ("default", "emo_official", "gem_official"),
             "a preset of the options below: emo_official (EMO Table 3, NLU tasks), gem_official (GEM Table 2, "
-            "creative writing; GEM Tables 6 and 9, code)",
-            tasks="NLU retrieval tasks, MMLU, IFEval, creative writing tasks, code tasks",
+            "creative writing; GEM Tables 4, 5, 7, 8: best-of-n and voting; GEM Tables 6 and 9, code)",
+            tasks="NLU retrieval tasks, MMLU, IFEval, creative writing, GSM8K / MATH / AlpacaEval best-of-n tasks, "
+            "code tasks",
         ),
         TaskOption(
             "retriever_model",
@@ -213,13 +219,13 @@ TASK_OPTIONS: dict[str, TaskOption] = {
         ),
         TaskOption(
             "data_dir",
-            ("icl", "mmlu", "ifeval", "code"),
+            ("icl", "mmlu", "ifeval", "code", "math", "chat_bon"),
             None,
             None,
             "local copies of the datasets (<dir>/<task>/<split>.jsonl) instead of the Hub",
             env="DISTMATCH_EVAL_DATA_DIR",
             path="dir",
-            tasks="NLU, MMLU, IFEval, code tasks",
+            tasks="NLU, MMLU, IFEval, code tasks, GSM8K, MATH, AlpacaEval",
         ),
         TaskOption(
             "num_samples", ("creative",), 16, None, "samples per prompt", kind=int, minimum=2, tasks=_CREATIVE
@@ -306,6 +312,64 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             minimum=1,
             tasks=_CODE,
         ),
+        TaskOption(
+            "bon_samples",
+            ("math", "chat_bon"),
+            8,
+            None,
+            "samples per question (the metrics are reported for k = 1, 4, 8, 16, 32 up to it; gem_official: 32)",
+            kind=int,
+            minimum=1,
+            tasks=_TTS,
+        ),
+        TaskOption(
+            "max_new_tokens",
+            ("math", "chat_bon"),
+            None,
+            None,
+            "new tokens per sample (default: 256 for GSM8K / MATH, 512 for AlpacaEval; gem_official: the paper's "
+            "512 / 2,048)",
+            kind=int,
+            minimum=1,
+            tasks=_TTS,
+        ),
+        TaskOption(
+            "greedy",
+            ("math",),
+            False,
+            (False, True),
+            "one greedy answer per question (temperature 0) instead of bon_samples samples: the metric acc (GEM "
+            "Figure 3's greedy bars)",
+            kind=bool,
+            tasks="GSM8K / MATH tasks",
+        ),
+        TaskOption(
+            "math_checker",
+            ("math",),
+            "hendrycks",
+            ("hendrycks", "math_verify"),
+            "how a MATH answer is compared with the gold one: hendrycks (MetaMath's is_equiv normalisation) or "
+            "math_verify (the math-verify package, distmatch[math])",
+            tasks="GSM8K / MATH tasks",
+        ),
+        TaskOption(
+            "reward_model",
+            ("chat_bon",),
+            "sfairXC/FsfairX-LLaMA3-RM-v0.1",
+            None,
+            "sequence-classification reward model (Hub id or folder) that scores the samples and the references",
+            tasks="AlpacaEval best-of-n task",
+        ),
+        TaskOption(
+            "reward_batch_size",
+            ("chat_bon",),
+            8,
+            None,
+            "conversations per reward-model forward pass",
+            kind=int,
+            minimum=1,
+            tasks="AlpacaEval best-of-n task",
+        ),
     )
 }
 
@@ -323,13 +387,15 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
         },
     },
     "gem_official": {
-        "families": ("creative", "code"),
-        "title": "GEM Table 2 (the GEM repository's evaluation_diversity.py); GEM Tables 6 and 9 (code pass@k)",
+        "families": ("creative", "code", "math", "chat_bon"),
+        "title": "GEM Table 2 (the GEM repository's evaluation_diversity.py); Tables 4, 5, 7, 8 (32 samples); "
+        "Tables 6 and 9 (code pass@k, 200 samples)",
         "settings": {
             "scoring": "prompt+response",
             "gem_compat": True,
             "sbert_model": "paper",
             "code_samples": 200,
+            "bon_samples": 32,
         },
     },
 }
@@ -359,6 +425,9 @@ def family_of_task(task: str) -> str | None:
         "story_diversity": "creative",
         "humaneval": "code",
         "mbpp_plus": "code",
+        "gsm8k": "math",
+        "math": "math",
+        "alpacaeval_bon": "chat_bon",
     }.get(short)
 
 

@@ -78,7 +78,8 @@ def check_options_apply(task_names: Iterable[str], metadata: Mapping[str, Any]) 
                 tasks = ", ".join(dict.fromkeys(n for f in wrong for n in by_family[f]))
                 kinds = " and ".join(FAMILY_NAMES[f] for f in wrong)
                 valid = [p for p, spec in PROTOCOLS.items() if set(by_family) <= set(spec["families"])]
-                meant = " and ".join(FAMILY_NAMES[f] for f in PROTOCOLS[value]["families"])
+                names = [FAMILY_NAMES[f] for f in PROTOCOLS[value]["families"]]
+                meant = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
                 both = "creative" in by_family and bool({"icl", "mmlu"} & set(by_family))
                 hint = (
                     " (run the EMO NLU and the GEM creative-writing tasks in separate lm_eval calls)"

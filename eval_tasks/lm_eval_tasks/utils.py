@@ -4,6 +4,14 @@ lm-eval imports this file by its path, as a module of its own; importing from th
 copy of the classes and caches (loaded encoders, Sentence-BERT models).
 """
 
+from eval_tasks.lm_eval_tasks.best_of_n import (
+    AlpacaEvalBONTask,
+    MathVotingTask,
+    load_alpacaeval_dataset,
+    load_math_dataset,
+    math_voting_process_results,
+    reward_bon_process_results,
+)
 from eval_tasks.lm_eval_tasks.code_harness import CodeTask, load_code_dataset
 from eval_tasks.lm_eval_tasks.harness import (
     DiversityTask,
@@ -24,6 +32,12 @@ from eval_tasks.lm_eval_tasks.harness import (
 
 __all__ = [
     "CodeTask",
+    "AlpacaEvalBONTask",
+    "MathVotingTask",
+    "load_alpacaeval_dataset",
+    "load_math_dataset",
+    "math_voting_process_results",
+    "reward_bon_process_results",
     "DiversityTask",
     "ICLTask",
     "IFEvalTask",

@@ -9,6 +9,7 @@ from pathlib import Path
 from eval_tasks import published as P
 from eval_tasks.report.collect import ReportError, collect_run
 from eval_tasks.report.markdown import (
+    best_of_n_section,
     bold,
     diversity_section,
     ifeval_section,
@@ -41,6 +42,7 @@ def build_report(
     body: list[str] = []
     accuracy = nlu_section(runs, published, published_model, used)
     accuracy += ifeval_section(runs, published, published_model, used)
+    accuracy += best_of_n_section(runs, published, published_model, used)
     accuracy += other_tasks_section(runs)
     plots = {
         "accuracy": accuracy_plot(runs, out_dir),

@@ -12,6 +12,7 @@ __all__ = [
     "METRIC_TITLES",
     "NLU_ORDER",
     "NLU_SHORT",
+    "BEST_OF_N_METRICS",
     "NOT_FRACTIONS",
     "SHORT_TITLES",
     "probe_tokens",
@@ -20,8 +21,20 @@ __all__ = [
 #: the diversity columns of the report: the per-prompt diversity metrics, then MAUVE
 DIVERSITY_METRICS = REPORTED_METRICS
 #: lm-eval metrics that are not fractions in [0, 1] (everything else is shown x100, as the papers do)
+#: The best-of-n / voting tasks report percent (mv@k, bon@k, win_rate_bon@k) or raw rewards already.
+BEST_OF_N_METRICS = frozenset(
+    {f"{m}@{k}" for m in ("mv", "bon", "reward_bon", "win_rate_bon") for k in range(1, 1025)}
+    | {"no_answer", "reference_reward"}
+)
 NOT_FRACTIONS = frozenset(
-    {*DIVERSITY_METRICS, "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"}
+    {
+        *DIVERSITY_METRICS,
+        *BEST_OF_N_METRICS,
+        "perplexity",
+        "word_perplexity",
+        "byte_perplexity",
+        "bits_per_byte",
+    }
 )
 METRIC_TITLES = {
     "acc": "acc",

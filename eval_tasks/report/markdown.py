@@ -145,6 +145,44 @@ def ifeval_section(
     return lines
 
 
+_BON_TITLES = {
+    "gsm8k": "GSM8K voting / coverage (GEM Tables 5, 7; %)",
+    "math": "MATH voting / coverage (GEM Table 8; %)",
+    "alpacaeval_bon": "AlpacaEval best-of-n (GEM Table 4; reward, win rate %)",
+}
+
+
+def best_of_n_section(
+    runs: list[RunData], pub: bool, model_filter: str | None, used: set[tuple[str, str]]
+) -> list[str]:
+    """GEM's best-of-n / voting benchmarks: each run's first-k metrics beside the published rows."""
+    lines: list[str] = []
+    for key, title in _BON_TITLES.items():
+        spec = P.benchmarks()[key]
+        task_of = {r.name: next((t for t in spec["lm_eval_tasks"] if t in r.lm_eval), None) for r in runs}
+        if not any(task_of.values()):
+            continue
+        metrics = spec["metrics"]
+        rows = [
+            [bold(r.name), *[r.lm_eval[task_of[r.name]].get(m) for m in metrics]]
+            for r in runs
+            if task_of[r.name]
+        ]
+        if pub:
+            for p in P.published_rows(key, model_filter):
+                rows.append([p["label"], *[p["values"].get(m) for m in metrics]])
+                used.add((p["paper"], p["table"]))
+        lines += [f"### {title}", "", *table(["run", *metrics], rows), ""]
+    if lines:
+        lines += [
+            "First k of 32 samples per question (temperature 0.6, top-k 50, top-p 0.9) in the published rows; a run "
+            "with fewer samples has no value at the larger k. Tables 4 and 5: Llama-3-8B on UltraFeedback; Tables 7 "
+            "and 8: on MetaMathQA.",
+            "",
+        ]
+    return lines
+
+
 def other_tasks_section(runs: list[RunData]) -> list[str]:
     known = {t for spec in P.benchmarks().values() for t in spec.get("lm_eval_tasks", ())}
     rows = []

@@ -110,6 +110,22 @@ def _wikitext_samples(root: Path, path: Path, model: Path) -> None:
     assert code == 0, err
 
 
+def _reward_model(path: Path, model: Path) -> None:
+    """A tiny random sequence-classification reward model with the tiny model's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(model)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=tok.pad_token_id)  # fmt: skip
+    LlamaForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+
+
+_ALPACA = ["How do I boil an egg?", "Give three tips for staying healthy."]
+
+
 #: The user's own inputs the pages name, and how the scratch folder gets a small one: (root, path, tiny model) -> None.
 USER_INPUTS = {
     "out/gem_ls": lambda root, path, model: shutil.copytree(model, path),
@@ -127,6 +143,27 @@ USER_INPUTS = {
     "runs/gpt2_emo/wikitext2.jsonl": lambda root, path, model: _wikitext_samples(root, path, model),
     "runs/ce": lambda root, path, model: write_lm_eval_results(
         path / "model" / "results_2026-01-01T00-00-00.json", {"distmatch_sst2": 0.6, "distmatch_trec": 0.4}
+    ),
+    # lm-eval --log_samples records of the best-of-n tasks (doc, filtered_resps), 2 questions x 4 samples
+    "runs/gem_ls/samples_distmatch_gsm8k.jsonl": lambda root, path, model: write_jsonl(
+        path,
+        [
+            {"doc": {"gold": str(g)}, "filtered_resps": [[f"The answer is: {a}" for a in (g, g + 1, g, 0)]]}
+            for g in (3, 12)
+        ],
+    ),
+    "runs/gem_ls/samples_distmatch_alpacaeval_bon.jsonl": lambda root, path, model: write_jsonl(
+        path,
+        [
+            {"doc": {"prompt": p, "reference": None}, "filtered_resps": [[f"{p} {i}" for i in range(4)]]}
+            for p in _ALPACA
+        ],
+    ),
+    "out/reward_model": lambda root, path, model: _reward_model(path, model),
+    "model_outputs.json": lambda root, path, model: path.write_text(
+        json.dumps(
+            [{"instruction": p, "output": f"GPT-4: {p}", "generator": "gpt4_1106_preview"} for p in _ALPACA]
+        )
     ),
     "out/gem_ls/lm_eval": lambda root, path, model: write_lm_eval_results(
         path / "model" / "results_2026-01-01T00-00-00.json", {"distmatch_sst2": 0.7, "distmatch_trec": 0.5}
@@ -210,6 +247,9 @@ def test_documented_distmatch_eval_command_runs(command: DocCommand, eval_runs) 
         metrics = json.loads((root / _outputs(args)[0]).read_text())["metrics"]
         assert all(isinstance(metrics.get(m if m == "mauve" else f"{m}_diversity"), float)
                    for m in args.metrics.split(",")), metrics  # fmt: skip
+    if args.command in ("voting", "reward"):
+        result = json.loads((root / args.output).read_text())
+        assert result["num_samples"] == 4 and len(result["curve"]) == 8, result  # 2 metrics x k = 1..4
     if args.command == "report":
         report = (root / _outputs(args)[0]).read_text()
         assert all(spec.split("=", 1)[0] in report for spec in args.run), report[:2000]

@@ -1,7 +1,7 @@
 """Every published number in eval_tasks/published/*.json pinned to its paper's table text.
 
 The fixtures (tests/eval/fixtures/paper_tables/) are the table lines copied from the papers' text (EMO ICLR 2024:
-Tables 1, 2, 3, 6, 7, 8; GEM: Tables 1, 2, 6 and 9, the Sec. 5.1 perplexity sentence) and from the GEM repository's
+Tables 1, 2, 3, 6, 7, 8; GEM: Tables 1, 2 and 4 - 9, the Sec. 5.1 perplexity sentence) and from the GEM repository's
 result.md. Each is parsed here into cells keyed by (table, benchmark, metric, method, base model); the JSON of each
 source must hold exactly those cells with exactly those values (a transposed digit, a missing or an extra cell
 fails), the repository file a subset of its table's rows, complete for every method it quotes.
@@ -68,6 +68,20 @@ _GEM_TABLE2 = [
     for m in ("ngram_diversity", "self_bleu_diversity", "sbert_diversity")
 ]
 _GEM_MODEL = "Llama-3-8B"
+_KS = (4, 8, 16, 32)
+_VOTING = [f"mv@{k}" for k in _KS] + [f"bon@{k}" for k in _KS]
+#: GEM's best-of-n / voting tables: fixture, table, (benchmark, metric) per column (the second header line names them)
+_GEM_TTS_TABLES = [
+    (
+        "gem_table4.txt",
+        "Table 4",
+        [("alpacaeval_bon", f"reward_bon@{k}") for k in _KS]
+        + [("alpacaeval_bon", f"win_rate_bon@{k}") for k in _KS],
+    ),
+    ("gem_table5.txt", "Table 5", [("gsm8k", m) for m in _VOTING]),
+    ("gem_table7.txt", "Table 7", [("gsm8k", m) for m in _VOTING]),
+    ("gem_table8.txt", "Table 8", [("math", m) for m in _VOTING]),
+]
 
 
 def _lines(name: str) -> list[str]:
@@ -146,6 +160,15 @@ def gem_cells() -> dict[Key, float]:
             assert len(values) == len(columns), (name, method)
             for (benchmark, metric), value in zip(columns, values, strict=True):
                 cells[(table, benchmark, metric, method, _GEM_MODEL)] = value
+    for name, table, columns in _GEM_TTS_TABLES:
+        rows = _pipe_rows(name, methods)
+        assert [m for m, _ in rows] == list(methods), name
+        header = [p.strip() for p in _lines(name)[1].split("|") if p.strip()]
+        assert [h.lower() for h in header] == [m.split("_")[-1] for _, m in columns], name
+        for method, values in rows:
+            assert len(values) == len(columns), (name, method)
+            for (benchmark, metric), value in zip(columns, values, strict=True):
+                cells[(table, benchmark, metric, method, _GEM_MODEL)] = value
     (sentence,) = _lines("gem_sec51_text.txt")
     around = re.search(
         r"GEM-LS and GEM-Linear achieve lower perplexity \(around (\d+\.\d+)\) than CE \((\d+\.\d+)\)",
@@ -212,7 +235,7 @@ def test_a_transposed_digit_is_found() -> None:
     assert mismatches({**published, key: 45.7}, table) == [f"{key}: published 45.7, table 47.5"]
     del published[key]
     assert mismatches(published, table) == [f"{key}: table 47.5, not published"]
-    assert len(table) == 264 and len(gem_cells()) == 133  # every cell of the copied tables parsed
+    assert len(table) == 264 and len(gem_cells()) == 53 + 6 * 40  # every cell of the copied tables parsed
 
 
 def test_report_shows_the_paper_cells_and_their_eight_task_mean() -> None:

@@ -42,7 +42,8 @@ def test_options_a_task_does_not_read_table_checks() -> None:
 
     with pytest.raises(
         DistMatchConfigError,
-        match=r"protocol='gem_official' is for the creative writing and code generation tasks",
+        match=r"protocol='gem_official' is for the creative writing, code generation, GSM8K / MATH voting and "
+        r"AlpacaEval best-of-n tasks",
     ):
         preflight(["distmatch_sst2"], {"protocol": "gem_official"}, [])  # what the hook runs
     check_options_apply(["distmatch_nlu"], {"protocol": "emo_official", "template": "paper", "data_dir": "d"})
@@ -55,8 +56,8 @@ def test_options_a_task_does_not_read_table_checks() -> None:
         check_options_apply(["distmatch_sst2"], {"protocol": "gem_official", "num_samples": 4})
     message = str(err.value)
     assert (
-        "protocol='gem_official' is for the creative writing and code generation tasks, not distmatch_sst2"
-        in message
+        "protocol='gem_official' is for the creative writing, code generation, GSM8K / MATH voting and AlpacaEval "
+        "best-of-n tasks, not distmatch_sst2" in message
     )
     assert "accepted for distmatch_sst2: default, emo_official" in message
     assert "num_samples=4 is not read by distmatch_sst2 (only by the creative writing tasks)" in message
@@ -75,7 +76,9 @@ def test_options_a_task_does_not_read_table_checks() -> None:
         (
             "distmatch_sst2",
             {"protocol": "gem_official"},
-            "protocol='gem_official' is for the creative writing and code generation tasks, not distmatch_sst2 (NLU retrieval tasks); "
+            "protocol='gem_official' is for the creative writing, code generation, GSM8K / MATH voting and AlpacaEval "
+            "best-of-n tasks, "
+            "not distmatch_sst2 (NLU retrieval tasks); "
             "accepted for distmatch_sst2: default, emo_official",
         ),
         (

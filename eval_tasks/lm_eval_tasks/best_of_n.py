@@ -1,0 +1,135 @@
+"""lm-eval task classes and loaders of GEM's best-of-n / voting tasks (``distmatch_gsm8k``, ``distmatch_math``,
+``distmatch_alpacaeval_bon``; the YAMLs point here through ``utils.py``).
+
+``bon_samples`` samples per question (lm-eval ``repeats``, all kept by a ``take_first_k`` filter); one score dict
+per question with a key per depth k (1, 4, 8, 16, 32 up to ``bon_samples``), each averaged over questions. The
+metric list is built from the sample count. ``protocol: gem_official`` sets 32 samples and the paper's new-token
+limits (512 for GSM8K / MATH, 2,048 for AlpacaEval); the sampling (temperature 0.6, top-k 50, top-p 0.9) is the
+YAMLs'. ``greedy: true`` (math tasks): one greedy answer per question, metric ``acc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from eval_tasks import best_of_n
+from eval_tasks.lm_eval_tasks.harness import DistMatchTask, _dataset_dict
+from eval_tasks.task_options import TASK_OPTIONS, resolve
+
+__all__ = [
+    "AlpacaEvalBONTask",
+    "MathVotingTask",
+    "load_alpacaeval_dataset",
+    "load_math_dataset",
+    "math_voting_process_results",
+    "reward_bon_process_results",
+]
+
+#: (default, gem_official) new tokens per sample of each family.
+MAX_NEW_TOKENS = {"math": (256, 512), "chat_bon": (512, 2048)}
+
+
+def load_math_dataset(distmatch_task: str, **options: Any) -> Any:
+    data_dir = resolve("math", options, f"distmatch_{distmatch_task}")["data_dir"]
+    return _dataset_dict(best_of_n.math_documents(distmatch_task, data_dir=data_dir))
+
+
+def load_alpacaeval_dataset(**options: Any) -> Any:
+    data_dir = resolve("chat_bon", options, "distmatch_alpacaeval_bon")["data_dir"]
+    return _dataset_dict(best_of_n.alpacaeval_documents(data_dir=data_dir))
+
+
+def math_voting_process_results(doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
+    """Default options (the task class passes its own); GSM8K scoring."""
+    samples = [str(s) for s in results[0]]
+    return best_of_n.math_question_scores("gsm8k", samples, str(doc["gold"]), best_of_n.ks_for(len(samples)))
+
+
+def reward_bon_process_results(doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
+    """Default options (the task class passes its own): the default reward model."""
+    samples = [str(s) for s in results[0]]
+    scorer = best_of_n.RewardScorer(str(TASK_OPTIONS["reward_model"].default))
+    rewards = scorer.score([str(doc["prompt"])] * (len(samples) + 1), [*samples, str(doc["reference"])])
+    scores = best_of_n.reward_question_scores(rewards[:-1], rewards[-1], best_of_n.ks_for(len(samples)))
+    return {**scores, "reference_reward": rewards[-1]}
+
+
+def _metric_list(names: list[str]) -> list[dict[str, Any]]:
+    return [{"metric": n, "aggregation": "mean", "higher_is_better": n != "no_answer"} for n in names]
+
+
+class _SampledTask(DistMatchTask):
+    WANTS_CHAT_TEMPLATE = True
+
+    def _sampling(self, config: dict[str, Any], greedy: bool = False) -> int:
+        """Set repeats, filter and new tokens from the options; returns the sample count."""
+        n = 1 if greedy else int(self.resolved["bon_samples"])
+        default, paper = MAX_NEW_TOKENS[self.FAMILY]
+        tokens = self.resolved.get("max_new_tokens")
+        if tokens is None:
+            tokens = paper if self.resolved["protocol"] == "gem_official" else default
+        gen = dict(config.get("generation_kwargs") or {})
+        gen["max_gen_toks"] = int(tokens)
+        if greedy:
+            gen.update(do_sample=False, temperature=0.0)
+            for key in ("top_k", "top_p"):
+                gen.pop(key, None)
+        config["generation_kwargs"] = gen
+        config["repeats"] = n
+        config["filter_list"] = [{"name": "none", "filter": [{"function": "take_first_k", "k": n}]}]
+        config["metadata"]["max_new_tokens"] = int(tokens)
+        config["metadata"]["bon_samples"] = n
+        self.ks = best_of_n.ks_for(n)
+        return n
+
+
+class MathVotingTask(_SampledTask):
+    """GSM8K / MATH: MV@k and BON@k (coverage) over the first k samples; ``acc`` when ``greedy``."""
+
+    FAMILY = "math"
+
+    def prepare_config(self, config: dict[str, Any]) -> None:
+        self.kind = str((config.get("dataset_kwargs") or {}).get("distmatch_task", "gsm8k"))
+        self.greedy = bool(self.resolved["greedy"])
+        self._sampling(config, greedy=self.greedy)
+        names = ["acc"] if self.greedy else [f"{m}@{k}" for m in ("mv", "bon") for k in self.ks]
+        config["metric_list"] = _metric_list([*names, "no_answer"])
+
+    def process_results(self, doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
+        samples = [str(s) for s in results[0]]
+        scores = best_of_n.math_question_scores(
+            self.kind, samples, str(doc["gold"]), self.ks, checker=self.resolved["math_checker"]
+        )
+        if self.greedy:
+            return {"acc": scores["bon@1"], "no_answer": scores["no_answer"]}
+        return scores
+
+
+class AlpacaEvalBONTask(_SampledTask):
+    """AlpacaEval best-of-n: each sample and the GPT-4 reference scored by ``reward_model``; Reward BON@k and the
+    Bradley-Terry win rate over the first k samples (GEM Table 4)."""
+
+    FAMILY = "chat_bon"
+
+    def prepare_config(self, config: dict[str, Any]) -> None:
+        self._sampling(config)
+        names = [f"{m}@{k}" for m in ("reward_bon", "win_rate_bon") for k in self.ks]
+        config["metric_list"] = _metric_list([*names, "reference_reward"])
+        config["metadata"]["reward_model"] = str(self.resolved["reward_model"])
+        self._scorer: best_of_n.RewardScorer | None = None
+
+    def scorer(self) -> best_of_n.RewardScorer:
+        if self._scorer is None:
+            self._scorer = best_of_n.RewardScorer(
+                str(self.resolved["reward_model"]), batch_size=int(self.resolved["reward_batch_size"])
+            )
+        return self._scorer
+
+    def process_results(self, doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
+        samples = [str(s) for s in results[0]]
+        prompt = str(doc["prompt"])
+        rewards = self.scorer().score([prompt] * (len(samples) + 1), [*samples, str(doc["reference"])])
+        scores = best_of_n.reward_question_scores(rewards[:-1], rewards[-1], self.ks)
+        scores["reference_reward"] = rewards[-1]
+        return scores

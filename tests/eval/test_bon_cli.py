@@ -1,0 +1,192 @@
+"""distmatch-eval voting / reward: first-k curves over saved samples (lm-eval samples files and generate JSONL)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval_tasks import cli
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_voting_curve_from_an_lm_eval_samples_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = [
+        {
+            "doc": {"gold": "7"},
+            "filtered_resps": [["The answer is: 8", "The answer is: 7", "The answer is 7", "x"]],
+        },
+        {"doc": {"gold": "3"}, "filtered_resps": [["none", "none", "The answer is: 3", "The answer is: 3"]]},
+    ]
+    path = _write_jsonl(tmp_path / "samples_distmatch_gsm8k.jsonl", records)
+    out = tmp_path / "curve.json"
+    assert cli.main(["voting", "--samples", str(path), "--task", "gsm8k", "-o", str(out)]) == 0
+    result = json.loads(out.read_text())
+    # q0 answers 8,7,7,None; q1 None,None,3,3. k=1: MV q0 8 no, q1 None no -> 0; BON 0.
+    # k=2: MV q0 tie 8/7 -> 8 (first) no; q1 None; BON q0 yes -> 50. k=3: MV q0 7 yes, q1 None (2 vs 1) -> 50; BON 100.
+    # k=4: MV q0 7 (2 vs 1 vs 1) yes; q1 tie None/3 -> None no -> 50; BON 100.
+    assert result["curve"] == {
+        "mv@1": 0.0,
+        "bon@1": 0.0,
+        "mv@2": 0.0,
+        "bon@2": 50.0,
+        "mv@3": 50.0,
+        "bon@3": 100.0,
+        "mv@4": 50.0,
+        "bon@4": 100.0,
+    }
+    assert (result["num_questions"], result["num_samples"]) == (2, 4)
+    assert capsys.readouterr().out.splitlines()[:2] == ["k | mv | bon", "1 | 0.00 | 0.00"]
+
+
+def test_voting_reads_gold_from_generate_records(tmp_path: Path) -> None:
+    math = _write_jsonl(
+        tmp_path / "math.jsonl",
+        [{"prompt": "p", "solution": "so \\boxed{\\frac{1}{2}}", "samples": ["The answer is: 0.5", "no"]}],
+    )
+    out = tmp_path / "m.json"
+    assert cli.main(["voting", "--samples", str(math), "--task", "math", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["curve"] == {
+        "mv@1": 100.0,
+        "bon@1": 100.0,
+        "mv@2": 100.0,
+        "bon@2": 100.0,
+    }
+    gsm = _write_jsonl(
+        tmp_path / "gsm.jsonl", [{"prompt": "p", "answer": "1+1=2\n#### 2", "samples": ["the answer is 2"]}]
+    )
+    assert cli.main(["voting", "--samples", str(gsm), "--task", "gsm8k", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["curve"] == {"mv@1": 100.0, "bon@1": 100.0}
+
+
+def test_voting_refuses_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uneven = _write_jsonl(
+        tmp_path / "u.jsonl", [{"gold": "1", "samples": ["a"]}, {"gold": "1", "samples": ["a", "b"]}]
+    )
+    assert (
+        cli.main(["voting", "--samples", str(uneven), "--task", "gsm8k", "-o", str(tmp_path / "o.json")]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "different sample counts ([1, 2])" in err
+    no_gold = _write_jsonl(tmp_path / "g.jsonl", [{"samples": ["a"]}])
+    assert (
+        cli.main(["voting", "--samples", str(no_gold), "--task", "math", "-o", str(tmp_path / "o.json")]) == 2
+    )
+    assert "no gold answer: give each record a gold or solution" in capsys.readouterr().err
+
+
+def test_reward_scores_samples_and_gpt4_references(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from eval_tasks.best_of_n import RewardScorer
+    from eval_tasks.metrics.voting import reward_best_of_n, win_rate_best_of_n
+    from trl_ext.testing import build_tokenizer
+
+    rm = tmp_path / "rm"
+    tok = build_tokenizer()
+    torch.manual_seed(5)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+    )
+    LlamaForSequenceClassification(config).save_pretrained(rm)
+    tok.save_pretrained(rm)
+    prompts = ["How do I boil an egg?", "Give three tips for staying healthy."]
+    samples = _write_jsonl(
+        tmp_path / "gen.jsonl",
+        [
+            {"id": i, "prompt": p, "samples": [f"answer {j} to {p}" for j in range(3)]}
+            for i, p in enumerate(prompts)
+        ],
+    )
+    # The alpaca_eval repository's results/gpt4_1106_preview/model_outputs.json: a JSON list, in another order.
+    refs = tmp_path / "model_outputs.json"
+    refs.write_text(
+        json.dumps(
+            [
+                {"instruction": p, "output": f"GPT-4 says {p}", "generator": "gpt4_1106_preview"}
+                for p in prompts[::-1]
+            ]
+        )
+    )
+    out = tmp_path / "rewards.json"
+    args = [
+        "reward",
+        "--samples",
+        str(samples),
+        "--reward-model",
+        str(rm),
+        "--references",
+        str(refs),
+        "-o",
+        str(out),
+    ]
+    assert cli.main(args) == 0
+    result = json.loads(out.read_text())
+    scorer = RewardScorer(str(rm))
+    expected_rewards = [scorer.score([p] * 3, [f"answer {j} to {p}" for j in range(3)]) for p in prompts]
+    expected_refs = [scorer.score([p], [f"GPT-4 says {p}"])[0] for p in prompts]
+    got_rewards = [x for r in result["records"] for x in r["rewards"]]
+    assert got_rewards == pytest.approx([x for row in expected_rewards for x in row], abs=1e-5)
+    assert [r["reference_reward"] for r in result["records"]] == pytest.approx(expected_refs, abs=1e-5)
+    ks = range(1, 4)
+    expected = {
+        **reward_best_of_n(expected_rewards, ks),
+        **win_rate_best_of_n(expected_rewards, expected_refs, ks),
+    }
+    assert result["curve"] == pytest.approx(expected, abs=1e-4)
+    assert "k | reward_bon | win_rate_bon\n1 | " in capsys.readouterr().out
+    missing = tmp_path / "few.json"
+    missing.write_text(json.dumps([{"instruction": prompts[0], "output": "x"}]))
+    args[args.index(str(refs))] = str(missing)
+    assert cli.main(args) == 2
+    assert "no reference output for the prompt of record 1" in capsys.readouterr().err
+
+
+def test_report_puts_a_run_beside_the_published_best_of_n_rows(tmp_path: Path) -> None:
+    """`distmatch-eval report` on an lm-eval results file of distmatch_gsm8k: the run's percent values as they are
+    (not x100 again), next to GEM Table 5's and Table 7's rows."""
+    results = {
+        "results": {
+            "distmatch_gsm8k": {
+                "name": "distmatch_gsm8k",
+                "mv@4,none": 52.5,
+                "mv@4_stderr,none": 1.0,
+                "bon@4,none": 66.25,
+                "no_answer,none": 3.0,
+            }
+        },
+        "configs": {"distmatch_gsm8k": {"task": "distmatch_gsm8k", "metadata": {"bon_samples": 4}}},
+        "config": {"model": "hf", "model_args": "pretrained=x"},
+    }
+    path = tmp_path / "run" / "results_2026-01-01T00-00-00.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(results))
+    out = tmp_path / "report"
+    assert cli.main(["report", "--run", f"mine={path}", "-o", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    section = report.split("### GSM8K voting / coverage (GEM Tables 5, 7; %)", 1)[1].split("\n\n", 2)[1]
+    lines = section.splitlines()
+    assert lines[0].startswith("| run | mv@4 | mv@8 | mv@16 | mv@32 | bon@4 |")
+    mine = next(line for line in lines if "mine" in line)
+    assert "52.50" in mine and "66.25" in mine and "5250" not in mine
+    rows = {line.split(" | ")[0]: line for line in lines}
+    assert "| 51.63 | 55.57 | 58.61 | 62.17 | 65.28 |" in rows["| CE · Llama-3-8B [GEM Table 5]"]
+    assert "| 73.46 | 73.77 | 75.13 | 76.57 | 76.50 |" in rows["| CE · Llama-3-8B [GEM Table 7]"]
+    assert "### Other lm-eval tasks" not in report  # shown once, in its own section
