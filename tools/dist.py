@@ -239,9 +239,8 @@ def axolotl_smoke(python: str, wheel: Path, axolotl_venv: Path, root: Path, env:
     # read before distmatch_hooks.*.pth.
     Path(own, "_axolotl_venv.pth").write_text(purelib + "\n")
     out = run([bin_dir / "python", "-c", AXOLOTL_CHECK], cwd=root, env=env)
-    print(
-        f"    ok: Axolotl ({axolotl_venv}) registers the wheel's plugin for `loss:` alone; {out.strip()[-120:]}"
-    )
+    plugins = [line for line in out.splitlines() if line.startswith("plugins:")]
+    print(f"    ok: Axolotl ({axolotl_venv}) registers the wheel's plugin for `loss:` alone ({plugins[-1]})")
 
 
 def main(argv: list[str] | None = None) -> int:
