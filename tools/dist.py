@@ -191,7 +191,9 @@ def smoke(bin_dir: Path, work: Path, env: dict[str, str]) -> None:
         out = run([bin_dir / argv[0], *argv[1:]], cwd=work, env=env)
         if expected not in out:
             raise DistError(problem)
-        print(f"    ok: {' '.join(argv)[:60]}")
+        print(
+            f"    ok: {'lm-eval TaskManager finds distmatch_nlu' if argv[0] == 'python' else ' '.join(argv)}"
+        )
     missing = subprocess.run(
         [bin_dir / "python", "-c", "from axolotl_distmatch import DistMatchPlugin"],
         capture_output=True,
