@@ -81,7 +81,7 @@ endif
 LOSS_TESTS := tests/losses
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env
 
-.PHONY: help demo test mutants lint format generate venvs clean-venvs clean test-core test-axolotl test-opencompass \
+.PHONY: help demo test dist mutants lint format generate venvs clean-venvs clean test-core test-axolotl test-opencompass \
 	test-axolotl-latest $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) FORCE
 
 help:
@@ -91,6 +91,7 @@ help:
 	@echo "make lint|format  ruff check + format check + generated files check | ruff fix + format"
 	@echo "make generate     rewrite what tools/generate.py derives from the loss specs and the NLU task table"
 	@echo "make test-core|test-axolotl|test-axolotl-latest|test-opencompass   one venv's tests"
+	@echo "make dist         build the wheel + sdist into dist/, check them, smoke-test the wheel in a clean venv"
 	@echo "make mutants      mutation check: every wrong change in tools/mutants/*.toml must fail its tests (slow)"
 	@echo "make clean-venvs  delete the four venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
@@ -254,11 +255,19 @@ MUTANTS_ARGS ?=
 mutants: $(CORE_STAMP) $(AXO_STAMP)
 	$(OFFLINE) $(VENV)/bin/python tools/mutants.py $(MUTANTS_ARGS)
 
-# Venvs first (an install problem shows before any test), then lint and each venv's tests; every step
+# The release (tools/dist.py; docs/development.md "Releases"): wheel + sdist into dist/, `twine check`, the wheel's
+# file list and entry points, then the wheel with its dependencies (and the eval extra) in a clean venv built from
+# $(PYTHON) with $(TORCH_SPEC) first, its smoke tests, and the Axolotl plugin discovery beside $(VENV_AXOLOTL).
+# Scratch: build/dist-check. `make test` runs it.
+dist: $(CORE_STAMP) $(AXO_STAMP)
+	$(OFFLINE) $(VENV)/bin/python tools/dist.py --python $(PYTHON) --torch "$(TORCH_SPEC)" \
+		--torch-pip-args "$(TORCH_PIP_ARGS)" --axolotl-venv $(VENV_AXOLOTL)
+
+# Venvs first (an install problem shows before any test), then lint, the release check and each venv's tests; every step
 # runs even if an earlier one failed, and the target fails if any did.
 test: venvs
 	@failed=""; \
-	for step in lint test-core test-axolotl test-axolotl-latest test-opencompass; do \
+	for step in lint dist test-core test-axolotl test-axolotl-latest test-opencompass; do \
 		$(MAKE) --no-print-directory $$step || failed="$$failed $$step"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "==> make test FAILED:$$failed"; exit 1; fi; \

@@ -201,8 +201,7 @@ def hf_generate(
 
 def vllm_engine(model: str, sampling: Sampling, dtype: str = "auto") -> tuple[Any, Any]:
     """A ``vllm.LLM`` for `model` and the ``SamplingParams`` of `sampling`."""
-    import vllm
-
+    vllm = require("vllm", extra="vllm", feature="distmatch-eval --backend vllm")
     engine = vllm.LLM(model=model, seed=sampling.seed, dtype=dtype)
     params = vllm.SamplingParams(
         n=1
@@ -223,7 +222,9 @@ def choose_backend(requested: str) -> str:
 
     if requested != "auto":
         if requested == "vllm" and not is_available("vllm"):
-            raise InputError("--backend vllm: vLLM is not installed (pip install vllm), use --backend hf.")
+            raise InputError(
+                "--backend vllm: vLLM is not installed (pip install 'distmatch[vllm]', GPU only); use --backend hf."
+            )
         return requested
     if is_available("vllm"):
         import torch

@@ -19,6 +19,7 @@ import torch
 
 from .cost_embedding import resolve_cost_embedding, save_for_debugging, training_vocab_size
 from .losses import LOSSES
+from .model_card import add_section
 from .model_forward import LossRequest, install_loss_forward
 from .options import DISTMATCH_LOSSES, cost_embedding_option, loss_params
 from .resume import Resume, checkpoint_folder, resolve_resume, used_options, write_record
@@ -175,13 +176,24 @@ class DistMatchLossMixin:
             write_record(folder, loss, options, self.distmatch_framework)
 
     def create_model_card(self, *args: Any, **kwargs: Any) -> None:
-        """The framework's model card, tagged with the objective (`distmatch`, `distmatch-loss-emo`)."""
-        loss, _ = self.distmatch_settings()
+        """The framework's model card, tagged with the objective (`distmatch`, `distmatch-loss-emo`), with a section
+        naming the loss, its options, the distmatch version and the paper (`trl_ext.model_card`)."""
+        loss, options = self.distmatch_settings()
+        ours = ["distmatch", f"distmatch-loss-{loss}"]
         if loss in DISTMATCH_LOSSES and len(args) < 3:  # `tags` is the third parameter (TRL and transformers)
             tags = kwargs.get("tags")
             tags = [] if tags is None else [tags] if isinstance(tags, str) else list(tags)
-            kwargs["tags"] = [*tags, "distmatch", f"distmatch-loss-{loss}"]
+            kwargs["tags"] = [*tags, *ours]
+        if loss in DISTMATCH_LOSSES:
+            # Also the model's own tags: PEFT rewrites an adapter's card with those alone (transformers' Trainer
+            # calls `create_or_update_model_card` after writing the card: Axolotl's LoRA runs).
+            model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # type: ignore[attr-defined]
+            if hasattr(model, "add_model_tags"):
+                model.add_model_tags(ours)
         super().create_model_card(*args, **kwargs)  # type: ignore[misc]
+        if loss in DISTMATCH_LOSSES and self.is_world_process_zero():  # type: ignore[attr-defined]
+            card = os.path.join(self.args.output_dir, "README.md")
+            add_section(card, loss, used_options(loss, options), self.distmatch_framework)
 
     def record_metric(self, mode: str, key: str, value: float) -> None:
         raise NotImplementedError

@@ -9,6 +9,7 @@ an earlier page's is not run twice. Real runs, no mocks: about a minute and a ha
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -106,3 +107,23 @@ def test_documented_axolotl_command_runs(command: DocCommand, runs) -> None:
         assert "'ce':" in output and "'entropy':" in output, output[-3000:]
         saved = root / config["output_dir"]
         assert list(saved.glob("adapter_model.*")), sorted(p.name for p in saved.iterdir())
+        if config.get("use_tensorboard"):  # the example's tracker got the distmatch metrics of every step
+            scalars = _tensorboard_scalars(saved)
+            for name in ("loss", "ce", "entropy", "mean_token_accuracy"):
+                values = scalars.get(f"train/{name}", [])
+                assert len(values) == config["max_steps"], (name, sorted(scalars))
+                assert all(math.isfinite(v) for v in values), (name, values)
+
+
+def _tensorboard_scalars(folder: Path) -> dict[str, list[float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = sorted(folder.rglob("events.out.tfevents.*"))
+    assert events, f"no TensorBoard event file under {folder}"
+    scalars: dict[str, list[float]] = {}
+    for event_file in events:
+        accumulator = EventAccumulator(str(event_file))
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            scalars.setdefault(tag, []).extend(e.value for e in accumulator.Scalars(tag))
+    return scalars

@@ -24,10 +24,13 @@ axolotl = pytest.importorskip("axolotl")
 import yaml  # noqa: E402
 from axolotl.integrations.base import PluginManager  # noqa: E402
 
+import distmatch  # noqa: E402
 from tests.helpers.axolotl_cases import PLUGIN, printed_logs, tiny_config, validate  # noqa: E402
 from tests.helpers.env import REPO_ROOT  # noqa: E402
+from tests.helpers.model_card import read_card  # noqa: E402
 from trl_ext.checks import DistMatchConfigError  # noqa: E402
 from trl_ext.options import OPTION_DEFAULTS  # noqa: E402
+from trl_ext.resume import used_options  # noqa: E402
 
 ADOPTED = "without a loss: training continues with the recorded loss=emo"
 
@@ -72,6 +75,15 @@ def test_the_run_records_its_loss_in_the_checkpoint_and_the_output(emo_run) -> N
         record = json.loads((folder / "distmatch.json").read_text())
         assert (record["loss"], record["framework"]) == ("emo", "axolotl"), record
         assert record["options"] == OPTION_DEFAULTS
+    tags, section = read_card(emo_run["out"])  # the model card Axolotl writes at the end of training
+    assert {"distmatch", "distmatch-loss-emo", "axolotl"} <= set(tags), tags
+    assert (section["loss"], section["framework"], section["version"]) == (
+        "emo",
+        "Axolotl",
+        distmatch.__version__,
+    )
+    assert section["options"] == used_options("emo", OPTION_DEFAULTS), section
+    assert "https://arxiv.org/abs/2310.04691" in section["paper"], section
 
 
 def test_resume_without_loss_continues_with_the_recorded_loss(assets, emo_run, tmp_path) -> None:

@@ -96,3 +96,29 @@ def test_version() -> None:
     import trl_ext
 
     assert trl_ext.__version__ == version("distmatch") == "0.1.0"
+
+
+def test_every_named_extra_is_declared() -> None:
+    """Each guarded import names an extra of pyproject.toml (a misspelt extra would send users to a failing install),
+    and the extras users combine are all there."""
+    import re
+
+    import tomllib
+
+    from tests.helpers.env import REPO_ROOT
+
+    declared = set(
+        tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    assert declared >= {"eval", "vllm", "deepspeed", "flash-attn", "axolotl", "opencompass"}
+    named: dict[str, set[str]] = {}
+    for package in ("distmatch", "trl_ext", "axolotl_distmatch", "eval_tasks", "distmatch_hooks"):
+        for path in (REPO_ROOT / package).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            for extra in re.findall(r"""\bextra=["']([\w-]+)["']""", text):
+                named.setdefault(extra, set()).add(str(path.relative_to(REPO_ROOT)))
+            for extra in re.findall(r"distmatch\[([\w-]+)\]", text):
+                named.setdefault(extra, set()).add(str(path.relative_to(REPO_ROOT)))
+    assert {"eval", "vllm", "deepspeed", "axolotl", "gpu"} <= set(named), named
+    undeclared = {extra: files for extra, files in named.items() if extra not in declared}
+    assert not undeclared, f"extras named in the code but not in pyproject.toml: {undeclared}"

@@ -159,5 +159,7 @@ def test_backend_choice() -> None:
     assert G.choose_backend("hf") == "hf"
     if not is_available("vllm"):
         assert G.choose_backend("auto") == "hf"
-        with pytest.raises(InputError, match="vLLM is not installed"):
+        with pytest.raises(InputError, match=r"vLLM is not installed \(pip install 'distmatch\[vllm\]'"):
             G.choose_backend("vllm")
+        with pytest.raises(ImportError, match=r"pip install 'distmatch\[vllm\]'"):
+            G.vllm_engine("tiny", G.Sampling())

@@ -13,7 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import tomllib
 
+import distmatch
 from tests.helpers.doc_commands import (
     FAMILIES,
     NEEDS,
@@ -118,6 +120,8 @@ def test_marker_is_parsed() -> None:
 MAKE_TARGETS_RUN = {
     # tests/demo/test_demo.py runs examples/demo/run_demo.py end to end on a tiny model built in code
     "demo": ("examples/demo/run_demo.py", "tests/demo/test_demo.py"),
+    # `make test` runs the `dist` step (the Makefile's list of steps), and CI runs `make test`
+    "dist": ("tools/dist.py", "Makefile"),
     # CI's entry point is `make test` (tests/project/test_docs.py checks .ci/run)
     "test": ("-m pytest", ".ci/run"),
 }
@@ -170,6 +174,9 @@ def test_make_dry_run_fails_on_an_unknown_target() -> None:
 # pip install: valid requirements, each named where the page's program tells the user to install it
 
 PIP = commands_of("pip")
+DECLARED_EXTRAS = set(
+    tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+)
 #: Where each documented optional install is asked for (the program's missing-package message).
 PIP_NAMED_IN = {
     "liger-kernel": "benchmarks/_loss_tables.py",  # the anchors table names the wheel
@@ -183,8 +190,26 @@ def test_pip_install_names_real_requirements(command: DocCommand) -> None:
 
     argv = command.program_argv
     assert argv[:2] == ["pip", "install"], command.text
-    names = [Requirement(word).name for word in argv[2:] if not word.startswith("-")]
-    assert names, command.text
+    words = [word for word in argv[2:] if not word.startswith("-")]
+    assert words, command.text
+    names = []
+    for word in words:
+        local = re.fullmatch(r"(dist/distmatch-([^-]+)-py3-none-any\.whl|\.)(?:\[([\w,-]+)\])?", word)
+        requirement = None if local else Requirement(word)
+        if (
+            local or requirement.name == "distmatch"
+        ):  # our own package: the extras exist, the wheel's version is ours
+            extras = local.group(3).split(",") if local and local.group(3) else []
+            extras = sorted(requirement.extras) if requirement else extras
+            assert set(extras) <= DECLARED_EXTRAS, (
+                f"{command.where}: {extras} not all in {sorted(DECLARED_EXTRAS)}"
+            )
+            if local and local.group(2):
+                assert local.group(2) == distmatch.__version__, (
+                    f"{command.where}: not the version of this tree"
+                )
+        else:
+            names.append(requirement.name)
     for name in names:
         assert name in PIP_NAMED_IN, (
             f"{command.where}: {name}: which program needs it? add it to PIP_NAMED_IN"

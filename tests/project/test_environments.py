@@ -121,3 +121,23 @@ class TestOpenCompassVenv:
         # --no-deps here and its TRL integration is unavailable (the losses are pure torch).
         _pip_check(tolerated=r"distmatch \S+ requires trl, which is not installed\.")
         assert not is_available("trl")
+
+
+def test_the_torch_matrix_of_the_docs_is_what_the_venvs_install() -> None:
+    """docs/development.md "torch versions tested": each venv's row names the torch its Makefile spec installs."""
+    from tests.helpers.env import REPO_ROOT
+
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    spec = re.search(r"^TORCH_SPEC \?= torch==(\S+)$", makefile, re.M).group(1)
+    latest = re.search(r"^TORCH_SPEC_LATEST \?= torch==(\S+)$", makefile, re.M).group(1)
+    docs = (REPO_ROOT / "docs" / "development.md").read_text()
+    table = docs[docs.index("### torch versions tested") :].split("\n\n")[1]
+    rows = {row.split("|")[1].strip(): row.split("|")[3].strip() for row in table.splitlines()[2:]}
+    assert rows == {
+        "`.venv`": spec,
+        "`.venv-axolotl`": AXOLOTL_VENV_PINS["0.19.0"]["torch"],
+        "`.venv-axolotl-latest`": latest,
+        "`.venv-opencompass`": spec,
+        "`make dist`'s clean venv": spec,
+    }, rows
+    assert AXOLOTL_VENV_PINS["0.21.0"]["torch"] == latest

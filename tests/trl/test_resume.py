@@ -18,9 +18,12 @@ trl = pytest.importorskip("trl")
 
 from transformers import AutoTokenizer, TrainerCallback  # noqa: E402
 
+import distmatch  # noqa: E402
+from tests.helpers.model_card import read_card  # noqa: E402
 from tests.helpers.sft import load_model, make_config, make_trainer, step_logs  # noqa: E402
 from trl_ext.checks import DistMatchConfigError  # noqa: E402
 from trl_ext.options import OPTION_DEFAULTS  # noqa: E402
+from trl_ext.resume import used_options  # noqa: E402
 from trl_ext.trainer import DistMatchSFTTrainer  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -53,8 +56,32 @@ def test_record_in_the_checkpoint_and_the_output_folder(emo_checkpoint):
         record = json.loads((folder / "distmatch.json").read_text())
         assert record["loss"] == "emo" and record["framework"] == "trl", record
         assert record["options"] == OPTION_DEFAULTS
-    card = (emo_checkpoint.parent / "README.md").read_text()
-    assert "- distmatch-loss-emo" in card
+    tags, section = read_card(emo_checkpoint.parent)
+    assert {"distmatch", "distmatch-loss-emo", "sft", "trl"} <= set(tags), tags
+    assert section == {
+        "loss": "emo",
+        "framework": "TRL",
+        "version": distmatch.__version__,
+        "options": used_options("emo", OPTION_DEFAULTS),
+        "paper": "[EMO: Earth Mover Distance Optimization for Auto-Regressive Language Modeling (Ren et al., ICLR "
+        "2024)](https://arxiv.org/abs/2310.04691)",
+    }, section
+
+
+def test_the_card_section_is_written_once_with_the_latest_values(tmp_path):
+    from trl_ext.model_card import add_section
+
+    card = tmp_path / "README.md"
+    assert not add_section(str(card), "gem_ls", {"gem_beta": 0.5}, "trl")  # no card: nothing written
+    card.write_text("---\ntags:\n- trl\n---\n\n# model\n")
+    add_section(str(card), "gem_ls", {"gem_beta": 0.5}, "trl")
+    add_section(str(card), "gem_ls", {"gem_beta": 0.7, "emo_ratio_clamp": None}, "axolotl")
+    tags, section = read_card(tmp_path)
+    assert tags == ["trl"] and card.read_text().startswith("---\ntags:\n- trl\n---\n\n# model\n\n<!--")
+    assert (
+        section["options"] == {"gem_beta": 0.7, "emo_ratio_clamp": None} and section["framework"] == "Axolotl"
+    )
+    assert "https://arxiv.org/abs/2408.16673" in section["paper"]
 
 
 def test_resume_without_loss_continues_with_the_recorded_loss(models, data, tmp_path, emo_checkpoint, caplog):

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from distmatch.errors import DistMatchConfigError
+from distmatch.optional import require
 
 from .checkpoint import model_vocab_size
 
@@ -135,7 +136,8 @@ def frozen_head_copy(model: nn.Module) -> Tensor:
     head = model.get_output_embeddings()
     weight = head.weight
     if is_deepspeed_zero3(weight):
-        import deepspeed  # present whenever a parameter is ZeRO-3 partitioned
+        # present whenever a parameter is ZeRO-3 partitioned
+        deepspeed = require("deepspeed", extra="deepspeed", feature="ZeRO-3 (gathering the output embedding)")
 
         with deepspeed.zero.GatheredParameters([weight], modifier_rank=None):
             return weight.detach().clone()
