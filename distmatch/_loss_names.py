@@ -16,6 +16,7 @@ LOSS_NAMES = (
     "mixce",
     "dft",
     "eaft",
+    "prob",
 )
 #: The loss options' config keys, the same in TRL and Axolotl (`trl_ext.options.LOSS_OPTIONS`).
 LOSS_OPTION_NAMES = (
@@ -30,6 +31,9 @@ LOSS_OPTION_NAMES = (
     "mixce_gamma",
     "eaft_alpha",
     "eaft_k",
+    "prob_q",
+    "prob_min_p",
+    "prob_max_p",
 )
 #: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).
 RUN_OPTION_NAMES = ("allow_loss_change",)

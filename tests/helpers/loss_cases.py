@@ -54,6 +54,14 @@ CONFIGS = [
     ("eaft", {"alpha": 0.5, "k": 3}),
     ("eaft", {"alpha": 2.0}),
     ("eaft", {"alpha": 0.0}),
+    ("prob", {}),
+    ("prob", {"q": 0.0}),  # exactly CE
+    ("prob", {"q": 0.5}),
+    ("prob", {"q": 2.0}),
+    ("prob", {"min_p": 0.1}),  # the authors' OnlyTopP-0.1
+    ("prob", {"max_p": 0.1}),  # OnlyBottomP-0.1
+    ("prob", {"q": 0.0, "min_p": 0.1}),  # OnlyTopLogP-0.1
+    ("prob", {"q": 0.5, "min_p": 0.02, "max_p": 0.3}),
 ]
 # One config per loss (default params, EMO both weightings) for the more expensive sweeps.
 BASIC = [
@@ -68,6 +76,7 @@ BASIC = [
     ("mixce", {}),
     ("dft", {}),
     ("eaft", {"k": 5}),
+    ("prob", {}),
 ]
 
 

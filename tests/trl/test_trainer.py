@@ -290,8 +290,10 @@ def test_padding_free_training_equals_padded_training(models, data, tmp_path):
             {"variant": "emo_code", "gamma": 0.9, "min_weight": 0.3},
         ),
         ("emo", {"emo_ratio_clamp": 3.0}, {"ratio_clamp": 3.0, "weighting": "emo1"}),
+        # Beyond Log Likelihood's OnlyTopLogP-0.001: CE on the tokens with p >= 0.001 (most, not all, at V = 300)
+        ("prob", {"prob_q": 0.0, "prob_min_p": 0.001}, {"q": 0.0, "min_p": 0.001, "max_p": 1.0}),
     ],
-    ids=["tailr-emo_code", "emo-ratio_clamp"],
+    ids=["tailr-emo_code", "emo-ratio_clamp", "prob-only_top_logp"],
 )
 def test_paper_variants_train(models, data, tmp_path, loss, options, params):
     """The EMO repository's tvd baseline and its clamped emo mode, trained through TRL from the options."""
