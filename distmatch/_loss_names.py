@@ -17,6 +17,8 @@ LOSS_NAMES = (
     "dft",
     "eaft",
     "prob",
+    "asft",
+    "sft_kl",
 )
 #: The loss options' config keys, the same in TRL and Axolotl (`trl_ext.options.LOSS_OPTIONS`).
 LOSS_OPTION_NAMES = (
@@ -34,6 +36,7 @@ LOSS_OPTION_NAMES = (
     "prob_q",
     "prob_min_p",
     "prob_max_p",
+    "anchor_kl_weight",
 )
 #: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).
 RUN_OPTION_NAMES = ("allow_loss_change",)

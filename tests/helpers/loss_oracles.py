@@ -555,34 +555,5 @@ def _eaft_surrogate(s: SurrogateAt, cfg: Config) -> torch.Tensor:
     return s.frozen.e.to(s.z.dtype) * s.ell  # the weight frozen at z0
 
 
-def prob_keep(py: torch.Tensor, min_p: float, max_p: float) -> torch.Tensor:
-    """1.0 on the tokens the thresholds keep: p_y >= min_p (OnlyTopP) and p_y <= max_p (OnlyBottomP)."""
-    return ((py >= min_p) & (py <= max_p)).double()
-
-
-@oracle_for("prob", {"q": 1.0, "min_p": 0.0, "max_p": 1.0})
-def _prob(at: Point, cfg: Config) -> Formula:
-    """Beyond Log Likelihood's objective_trans: -(exp(q log p_y) - 1) / q (q = 0: -log p_y), times the kept mask.
-
-    d/dz of -(p_y ** q) / q = -p_y ** q d log p_y / dz = p_y ** q (p - 1_y)."""
-    q = float(cfg["q"])
-    keep = prob_keep(at.py, float(cfg["min_p"]), float(cfg["max_p"]))
-    value = at.ell.clone() if q == 0.0 else -(torch.exp(-q * at.ell) - 1.0) / q
-    w = at.py**q * keep
-    return Formula(value * keep, w[:, None] * (at.p - at.onehot), e=keep)  # e: the mask (frozen surrogate)
-
-
-@readable_for("prob")
-def _prob_readable(r: Readable, cfg: Config) -> torch.Tensor:
-    q = cfg["q"]
-    log_py = r.logp.gather(1, r.ys[:, None]).squeeze(1)
-    value = -log_py if q == 0 else -(torch.exp(q * log_py) - 1) / q
-    return value * prob_keep(r.py.detach(), cfg["min_p"], cfg["max_p"]).to(value.dtype)
-
-
-@surrogate_for("prob", freeze=True)
-def _prob_surrogate(s: SurrogateAt, cfg: Config) -> torch.Tensor:
-    """The loss itself with the threshold mask frozen at z0."""
-    q = float(cfg["q"])
-    value = s.ell if q == 0.0 else (1.0 - torch.exp(-q * s.ell)) / q
-    return s.frozen.e.to(s.z.dtype) * value
+# The oracles of the probability family and of the anchored losses (registered on import; they use the pieces above).
+from tests.helpers import loss_oracles_more as _more  # noqa: E402, F401

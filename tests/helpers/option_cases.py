@@ -23,6 +23,8 @@ DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
     "mixce": {"gamma": 0.5},
     "eaft": {"alpha": 1.0, "k": 20},
     "prob": {"q": 1.0, "min_p": 0.0, "max_p": 1.0},
+    "asft": {"kl_weight": 0.1},
+    "sft_kl": {"kl_weight": 0.1},
 }
 
 #: option -> (a loss that uses it, the functional parameter it sets).
@@ -40,6 +42,7 @@ OPTION_PARAMS: dict[str, tuple[str, str]] = {
     "prob_q": ("prob", "q"),
     "prob_min_p": ("prob", "min_p"),
     "prob_max_p": ("prob", "max_p"),
+    "anchor_kl_weight": ("asft", "kl_weight"),
 }
 
 #: Accepted values: 0 wherever it is valid, and every bound's valid edge.
@@ -63,6 +66,7 @@ VALID: list[tuple[str, Any]] = [
     ("prob_min_p", 0.999),
     ("prob_max_p", 1e-6),  # (0, 1]
     ("prob_max_p", 1.0),
+    ("anchor_kl_weight", 0.0),  # >= 0 (0: DFT / CE)
 ]
 
 #: Refused values just outside each bound (or outside the choices), with the start of the one-line error.
@@ -84,6 +88,7 @@ INVALID: list[tuple[str, Any]] = [
     ("prob_min_p", 1.0),
     ("prob_max_p", 0.0),
     ("prob_max_p", 1.01),
+    ("anchor_kl_weight", -1e-6),
     ("emo_weighting", "emo3"),
     ("tailr_variant", "tvd"),
 ]

@@ -6,7 +6,7 @@ CE-weighted one only needs its detached weight, see `dft.py`) and add its spec h
 
 from __future__ import annotations
 
-from . import ce, ce_entropy, dft, eaft, emo, gem, mixce, prob, tailr
+from . import anchored, ce, ce_entropy, dft, eaft, emo, gem, mixce, prob, tailr
 
 SPECS = (
     ce.SPEC,
@@ -19,6 +19,8 @@ SPECS = (
     dft.SPEC,
     eaft.SPEC,
     prob.SPEC,
+    anchored.ASFT,
+    anchored.SFT_KL,
 )
 
 __all__ = ["SPECS"]
