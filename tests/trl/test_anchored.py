@@ -38,7 +38,9 @@ def _parameter_bytes(module: torch.nn.Module | None) -> int:
 
 
 @pytest.mark.parametrize("loss", ["asft", "sft_kl"])
-def test_full_fine_tuning_reference_is_the_frozen_start_and_the_loss_is_the_authors(models, data, tmp_path, loss):
+def test_full_fine_tuning_reference_is_the_frozen_start_and_the_loss_is_the_authors(
+    models, data, tmp_path, loss
+):
     trainer = make_trainer(models["plain"], data, tmp_path, loss=loss, anchor_kl_weight=0.3)
     reference = trainer.distmatch_request.reference
     frozen = reference.model
@@ -62,9 +64,10 @@ def test_full_fine_tuning_reference_is_the_frozen_start_and_the_loss_is_the_auth
         ref = load_model(models["plain"])(**inputs).logits  # the starting checkpoint, loaded again
     want = _official(policy, ref, batch["labels"], loss, 0.3).item()
     assert math.isclose(got, want, rel_tol=2e-5), (got, want)
-    kl_only = _official(policy, ref, batch["labels"], loss, 1.0).item() - _official(
-        policy, ref, batch["labels"], loss, 0.0
-    ).item()
+    kl_only = (
+        _official(policy, ref, batch["labels"], loss, 1.0).item()
+        - _official(policy, ref, batch["labels"], loss, 0.0).item()
+    )
     assert kl_only > 1e-3  # the anchor is in the comparison
 
     trainer.train()

@@ -19,8 +19,8 @@ import pytest
 import torch
 from torch import nn
 
-from trl_ext.losses import LOSS_NAMES, reference_token_loss
 from trl_ext.anchor import Reference
+from trl_ext.losses import LOSS_NAMES, reference_token_loss
 from trl_ext.model_forward import LossRequest, install_loss_forward
 
 VOCAB = 64
