@@ -330,6 +330,7 @@ def test_every_loss_trains_logs_and_evaluates(models, data, tmp_path, loss, use_
     expected = {"loss", "ce", "entropy", "mean_token_accuracy", "num_tokens"} | (
         {"demd"} if loss == "emo" else set()
     )
+    expected |= {"kl"} if loss in ("asft", "sft_kl") else set()  # the KL to the reference model, per step
     for log in logs:
         assert expected <= log.keys(), sorted(log)
         assert all(math.isfinite(log[k]) for k in expected | {"grad_norm"}), log
@@ -353,6 +354,9 @@ def test_every_loss_trains_logs_and_evaluates(models, data, tmp_path, loss, use_
     )
     if loss == "emo":
         assert "eval_demd" in metrics
+    if loss in ("asft", "sft_kl"):
+        # ~0 with LoRA after two small steps (the adapter starts at 0), > 0 in full fine-tuning
+        assert math.isfinite(metrics["eval_kl"])
     assert (
         math.isfinite(metrics["eval_loss"]) and math.isfinite(metrics["eval_ce"]) and metrics["eval_ce"] > 0
     )
