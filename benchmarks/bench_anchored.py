@@ -1,6 +1,6 @@
 """Memory and time of the anchored loss (`asft`) on its fused path, as ratios to its logits path.
 
-    python benchmarks/bench_anchored.py [--N 2048 --d 576 --V 49152 --repeats 3 --threads 2 --out DIR]
+    python benchmarks/bench_anchored.py [--N 2048 --d 576 --V 49152 --repeats 3 --threads 2 --cases ... --out DIR]
 
 One fresh interpreter per case (`_harness.run_worker_process`), CPU, float32, forward + backward of the loss only
 (the two models' final hidden states and heads are given; the reference model's forward is not included). Cases:
@@ -55,7 +55,7 @@ def _worker(case: dict) -> dict:
     labels[: n // 10] = -100
     loss_name, path = case["case"].split()
 
-    def step() -> None:
+    def step() -> float:
         if path == "fused":
             extra = (
                 {"reference_hidden": ref_hidden, "reference_weight": ref_weight}
@@ -71,21 +71,24 @@ def _worker(case: dict) -> dict:
                 ref_logits = ref_hidden @ ref_weight.T
             fn = token_loss if path == "logits" else reference_token_loss
             loss = fn(loss_name, logits, labels, reference_logits=ref_logits)
-        (loss.sum() / n).backward()
+        total = loss.sum() / n
+        total.backward()
         hidden.grad = weight.grad = None
+        return float(total.detach())
 
     step()  # warm-up (allocator, kernels)
     malloc_trim()
     base = rss_kib()
     reset_peak_rss()
-    step()
+    value = step()
     peak = maxrss_kib()
     times = []
     for _ in range(case["repeats"]):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    return {**case, "extra_mib": max(peak - base, 0) / 1024, "time_s": statistics.median(times)}
+    extra = max(peak - base, 0) / 1024
+    return {**case, "loss_value": value, "extra_mib": extra, "time_s": statistics.median(times)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--d", type=int, default=576, help="hidden width (both models)")
     parser.add_argument("--V", type=int, default=49152, help="vocabulary")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma list of {', '.join(CASES)}")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument("--_worker", help=argparse.SUPPRESS)
@@ -104,8 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("N", "d", "V", "repeats", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be an integer >= 1, got {getattr(args, name)}")
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown or not cases:
+        parser.error(
+            f"--cases: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(CASES)}"
+        )
     common = {"N": args.N, "d": args.d, "V": args.V, "repeats": args.repeats, "threads": args.threads}
-    results = [run_worker_process(__file__, {**common, "case": case}, timeout=1800) for case in CASES]
+    results = [run_worker_process(__file__, {**common, "case": case}, timeout=1800) for case in cases]
     base = next((r for r in results if r["case"] == "asft logits" and "error" not in r), None)
     lines = [
         f"N = {args.N}, d = {args.d}, V = {args.V}, float32 CPU, {args.threads} threads, median of {args.repeats}",
@@ -126,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_anchored.md").write_text(table + "\n")
-    (args.out / "bench_anchored.json").write_text(json.dumps(results, indent=1))
+    (args.out / "bench_anchored.json").write_text(json.dumps({"results": results}, indent=1))
     return 1 if any("error" in r for r in results) else 0
 
 
