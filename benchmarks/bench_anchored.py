@@ -2,7 +2,8 @@
 
     python benchmarks/bench_anchored.py [--N 2048 --d 576 --V 49152 --repeats 3 --threads 2 --cases ... --out DIR]
 
-One fresh interpreter per case (`_harness.run_worker_process`), CPU, float32, forward + backward of the loss only
+One fresh interpreter per case (`_harness.run_worker_process`), CPU float32 by default (`--device cuda --dtype
+bfloat16` on a GPU), forward + backward of the loss only
 (the two models' final hidden states and heads are given; the reference model's forward is not included). Cases:
 
 * `asft logits`: both models' `N x V` logits materialised (`h @ W.T`, `h_ref @ W_ref.T`), then `token_loss` in chunks;
@@ -10,7 +11,8 @@ One fresh interpreter per case (`_harness.run_worker_process`), CPU, float32, fo
 * `asft fused`: `fused_token_loss(..., reference_hidden=, reference_weight=)`, no `N x V` logits of either model;
 * `emo fused` and `ce fused`: the other fused losses, for the issue's goal (anchored costs about what EMO costs).
 
-Extra memory is the peak resident set size during the step minus the resident size with the inputs allocated.
+Extra memory is the peak resident set size during the step minus the resident size with the inputs allocated (on
+CUDA: the allocator's peak minus what the inputs hold).
 Prints a Markdown table (also written to DIR/bench_anchored.md with the raw numbers in DIR/bench_anchored.json).
 """
 
@@ -46,13 +48,23 @@ def _worker(case: dict) -> dict:
 
     torch.set_num_threads(case["threads"])
     n, d, v = case["N"], case["d"], case["V"]
+    device, dtype = torch.device(case["device"]), getattr(torch, case["dtype"])
     gen = torch.Generator().manual_seed(0)
-    hidden = (torch.randn(n, d, generator=gen) / d**0.5).requires_grad_()
-    weight = torch.randn(v, d, generator=gen).requires_grad_()
-    ref_hidden = torch.randn(n, d, generator=gen) / d**0.5
-    ref_weight = torch.randn(v, d, generator=gen)
-    labels = torch.randint(0, v, (n,), generator=gen)
+
+    def make(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * scale).to(device=device, dtype=dtype)
+
+    hidden = make(n, d, scale=d**-0.5).requires_grad_()
+    weight = make(v, d).requires_grad_()
+    ref_hidden, ref_weight = make(n, d, scale=d**-0.5), make(v, d)
+    labels = torch.randint(0, v, (n,), generator=gen).to(device)
     labels[: n // 10] = -100
+    cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
     loss_name, path = case["case"].split()
 
     def step() -> float:
@@ -77,17 +89,25 @@ def _worker(case: dict) -> dict:
         return float(total.detach())
 
     step()  # warm-up (allocator, kernels)
-    malloc_trim()
-    base = rss_kib()
-    reset_peak_rss()
-    value = step()
-    peak = maxrss_kib()
+    sync()
+    if cuda:  # the GPU's allocator: the peak over what the inputs hold
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        value = step()
+        extra = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        malloc_trim()
+        base = rss_kib()
+        reset_peak_rss()
+        value = step()
+        extra = max(maxrss_kib() - base, 0) / 1024
     times = []
     for _ in range(case["repeats"]):
+        sync()
         start = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - start)
-    extra = max(peak - base, 0) / 1024
     return {**case, "loss_value": value, "extra_mib": extra, "time_s": statistics.median(times)}
 
 
@@ -99,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma list of {', '.join(CASES)}")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument("--_worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -115,10 +137,13 @@ def main(argv: list[str] | None = None) -> int:
             f"--cases: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(CASES)}"
         )
     common = {"N": args.N, "d": args.d, "V": args.V, "repeats": args.repeats, "threads": args.threads}
+    common |= {"device": args.device, "dtype": args.dtype}
     results = [run_worker_process(__file__, {**common, "case": case}, timeout=1800) for case in cases]
     base = next((r for r in results if r["case"] == "asft logits" and "error" not in r), None)
     lines = [
-        f"N = {args.N}, d = {args.d}, V = {args.V}, float32 CPU, {args.threads} threads, median of {args.repeats}",
+        f"N = {args.N}, d = {args.d}, V = {args.V}, {args.dtype} on {args.device}"
+        + (f", {args.threads} threads" if args.device == "cpu" else "")
+        + f", median of {args.repeats}",
         "",
         "| case | extra memory (MiB) | time (s) | memory / asft logits | time / asft logits |",
         "|---|---|---|---|---|",
