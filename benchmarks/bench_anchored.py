@@ -9,7 +9,7 @@ bfloat16` on a GPU), forward + backward of the loss only
 * `asft logits`: both models' `N x V` logits materialised (`h @ W.T`, `h_ref @ W_ref.T`), then `token_loss` in chunks;
 * `asft official`: the same logits, then the ASFT authors' formula on full logits (`reference_token_loss`);
 * `asft fused`: `fused_token_loss(..., reference_hidden=, reference_weight=)`, no `N x V` logits of either model;
-* `emo fused` and `ce fused`: the other fused losses, for the issue's goal (anchored costs about what EMO costs).
+* `emo fused` and `ce fused`: the other fused losses, for comparison (the anchored loss should cost about what EMO costs).
 
 Extra memory is the peak resident set size during the step minus the resident size with the inputs allocated (on
 CUDA: the allocator's peak minus what the inputs hold).
