@@ -64,13 +64,13 @@ def test_loss_benchmark_harness(tmp_path):
 
 def test_anchored_loss_benchmark_harness(tmp_path):
     data = _run(["benchmarks/bench_anchored.py", "--N", "64", "--d", "16", "--V", "256", "--repeats", "1",
-                 "--cases", "asft logits,asft fused,ce fused"], tmp_path)  # fmt: skip
+                 "--cases", "asft logits,asft fused"], tmp_path)  # fmt: skip
     rows = {r["case"]: r for r in data["results"]}
-    assert set(rows) == {"asft logits", "asft fused", "ce fused"}
+    assert set(rows) == {"asft logits", "asft fused"}
     assert not [r for r in rows.values() if "error" in r]
-    # The same inputs in every process: both asft paths give the same loss, not CE's (DFT + a KL > 0 here).
+    # The same inputs in every process: both asft paths give the same loss.
     assert rows["asft fused"]["loss_value"] == pytest.approx(rows["asft logits"]["loss_value"], rel=1e-5)
-    assert rows["asft fused"]["loss_value"] != pytest.approx(rows["ce fused"]["loss_value"], rel=1e-3)
+    assert rows["asft fused"]["loss_value"] > 0
     assert all(r["extra_mib"] >= 0 and r["time_s"] > 0 for r in rows.values())
 
 
