@@ -40,8 +40,8 @@ MAX_P = Param("max_p", 1.0, _max_p, "keep only tokens with p_y <= max_p (the aut
 def check(params: dict[str, Any]) -> str | None:
     if params["min_p"] > params["max_p"]:
         return (
-            f"min_p={params['min_p']!r} > max_p={params['max_p']!r} keeps no token; set min_p <= max_p "
-            "(min_p keeps tokens with p_y >= min_p, max_p those with p_y <= max_p)."
+            f"min_p={params['min_p']!r} > max_p={params['max_p']!r} keeps no token (the kept tokens have p_y "
+            "between the lower and the upper bound); lower the first or raise the second."
         )
     return None
 
