@@ -156,11 +156,8 @@ def compute_request(
     # EMO: the cost embedding this forward uses comes from `cost_embedding.cost_in_forward` (below, per path).
     needs_cost = request.live_cost or request.cost_embedding is not None
     holder: dict[str, Any] = {}
-    if reference is not None and sharding is not None:
-        raise ValueError(
-            f"loss {request.name!r} (a frozen reference model) does not run with a sharded LM head (DeepSpeed "
-            "ZeRO-3 / FSDP2) yet; train it with ZeRO-2, DDP or one process."
-        )
+    if reference is not None:
+        refuse_sharded_reference(model, request)
     if reference is not None and path == "fused":
         ref_hidden, ref_head = reference
         ref_hidden = ref_hidden.reshape(-1, ref_hidden.shape[-1])
@@ -246,6 +243,15 @@ def compute_request(
     )
 
 
+def refuse_sharded_reference(model: nn.Module, request: LossRequest) -> None:
+    """The anchored losses' reference model is not sharded like the policy yet: refused with a sharded head."""
+    if head_sharding(model.get_output_embeddings()) is not None:
+        raise ValueError(
+            f"loss {request.name!r} (a frozen reference model) does not run with a sharded LM head (DeepSpeed "
+            "ZeRO-3 / FSDP2) yet; train it with ZeRO-2, DDP or one process."
+        )
+
+
 def nonfinite_source(
     hidden: Tensor, weight: Tensor | None, logits: Tensor | None, cost_embedding: Tensor | None
 ) -> str:
@@ -288,6 +294,7 @@ def install_loss_forward(model: nn.Module) -> None:
         hidden = self.base_model(*args, **kwargs).last_hidden_state
         reference = None
         if distmatch_loss.reference is not None:  # the anchored losses: the same inputs through the reference
+            refuse_sharded_reference(self, distmatch_loss)  # before running it
             reference = reference_hidden(self, distmatch_loss.reference, args, kwargs)
         if shift_labels is None:  # the model's own shift: position t predicts label t + 1
             hidden, targets = hidden[:, :-1], labels[:, 1:]
