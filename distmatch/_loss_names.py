@@ -16,6 +16,9 @@ LOSS_NAMES = (
     "mixce",
     "dft",
     "eaft",
+    "prob",
+    "asft",
+    "sft_kl",
 )
 #: The loss options' config keys, the same in TRL and Axolotl (`trl_ext.options.LOSS_OPTIONS`).
 LOSS_OPTION_NAMES = (
@@ -30,6 +33,10 @@ LOSS_OPTION_NAMES = (
     "mixce_gamma",
     "eaft_alpha",
     "eaft_k",
+    "prob_q",
+    "prob_min_p",
+    "prob_max_p",
+    "anchor_kl_weight",
 )
 #: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).
 RUN_OPTION_NAMES = ("allow_loss_change",)

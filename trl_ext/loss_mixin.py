@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .anchor import make_reference
 from .cost_embedding import resolve_cost_embedding, save_for_debugging, training_vocab_size
 from .losses import LOSSES
 from .model_card import add_section
@@ -102,6 +103,9 @@ class DistMatchLossMixin:
         _note_options_capped_by_vocabulary(loss, options, training_vocab_size(unwrap_peft(self.model)))
         release_process_groups_at_exit()
         target = unwrap_peft(self.model)
+        reference = None
+        if LOSSES[loss].needs_reference:  # taken before the forward is patched: the starting model, frozen
+            reference = self.distmatch_reference(target)
         install_loss_forward(target)
         cost_embedding, live = (None, False)
         source = cost_embedding_option(loss)
@@ -109,9 +113,18 @@ class DistMatchLossMixin:
             cost_embedding, live = resolve_cost_embedding(target, options[source])
             save_for_debugging(cost_embedding)
         self.distmatch_request = LossRequest(
-            name=loss, params=params, cost_embedding=cost_embedding, live_cost=live
+            name=loss, params=params, cost_embedding=cost_embedding, live_cost=live, reference=reference
         )
         self._distmatch_active = (loss, used_options(loss, options))
+
+    def distmatch_reference(self, target: torch.nn.Module) -> Any:
+        """The anchored losses' reference model (`trl_ext.anchor`), taken once per trainer: with PEFT adapters the
+        trained model with its adapters off (no copy), else a frozen copy of `target` as it is now."""
+        held = getattr(self, "_distmatch_reference", None)
+        if held is None or held[0] is not target:
+            held = (target, make_reference(target, peft_wrapped=target is not self.model))
+            self._distmatch_reference = held
+        return held[1]
 
     # -- the loss a run is asked for, the run record, resuming -------------------------------------------------
 

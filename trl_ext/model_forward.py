@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 from transformers.utils import ModelOutput
 
+from .anchor import Reference, reference_hidden
 from .cost_embedding import cost_in_forward
 from .cost_embedding import (
     frozen_head_copy as frozen_head_copy,  # benchmarks/bench_sharded_loss.py imports it from here
@@ -60,6 +61,8 @@ class LossRequest:
     live_cost: bool = False
     force_logits_path: bool = False
     chunk_size: int | None = None
+    # The anchored losses' frozen reference model (`trl_ext.anchor`): its hidden states and head go to the loss.
+    reference: Reference | None = None
 
 
 @dataclass
@@ -133,9 +136,14 @@ def _call_inside_head(head: nn.Module, fn: Any, hidden: Tensor) -> Any:
 
 
 def compute_request(
-    model: nn.Module, hidden: Tensor, targets: Tensor, request: LossRequest
+    model: nn.Module,
+    hidden: Tensor,
+    targets: Tensor,
+    request: LossRequest,
+    reference: tuple[Tensor, nn.Module] | None = None,
 ) -> DistMatchOutput:
-    """Per-token loss of `request` for shifted `hidden` [B, T', d] and `targets` [B, T']."""
+    """Per-token loss of `request` for shifted `hidden` [B, T', d] and `targets` [B, T'] (`reference`: the anchored
+    losses' reference model's shifted hidden states [B, T', d_ref] and its head module, computed without grad)."""
     head = model.get_output_embeddings()
     config = _text_config(model)
     path = choose_path(model, request)
@@ -148,6 +156,22 @@ def compute_request(
     # EMO: the cost embedding this forward uses comes from `cost_embedding.cost_in_forward` (below, per path).
     needs_cost = request.live_cost or request.cost_embedding is not None
     holder: dict[str, Any] = {}
+    if reference is not None:
+        refuse_sharded_reference(model, request)
+    if reference is not None and path == "fused":
+        ref_hidden, ref_head = reference
+        ref_hidden = ref_hidden.reshape(-1, ref_hidden.shape[-1])
+        params["reference_hidden"] = ref_hidden * scale if scale != 1.0 else ref_hidden
+        params["reference_weight"] = ref_head.weight
+    elif reference is not None:
+        with torch.no_grad():
+            ref_logits = reference[1](reference[0])
+            if scale != 1.0:
+                ref_logits = ref_logits * scale
+            cap = getattr(config, "final_logit_softcapping", None)
+            if cap:
+                ref_logits = torch.tanh(ref_logits / cap) * cap
+        params["reference_logits"] = ref_logits.reshape(-1, ref_logits.shape[-1])
     if path == "fused":
 
         def fused(flat_hidden: Tensor) -> Tensor:
@@ -219,6 +243,15 @@ def compute_request(
     )
 
 
+def refuse_sharded_reference(model: nn.Module, request: LossRequest) -> None:
+    """The anchored losses' reference model is not sharded like the policy yet: refused with a sharded head."""
+    if head_sharding(model.get_output_embeddings()) is not None:
+        raise ValueError(
+            f"loss {request.name!r} (a frozen reference model) does not run with a sharded LM head (DeepSpeed "
+            "ZeRO-3 / FSDP2) yet; train it with ZeRO-2, DDP or one process."
+        )
+
+
 def nonfinite_source(
     hidden: Tensor, weight: Tensor | None, logits: Tensor | None, cost_embedding: Tensor | None
 ) -> str:
@@ -259,11 +292,17 @@ def install_loss_forward(model: nn.Module) -> None:
         if labels is None and shift_labels is None:
             raise ValueError("distmatch losses need `labels` (or pre-shifted `shift_labels`) in the batch.")
         hidden = self.base_model(*args, **kwargs).last_hidden_state
+        reference = None
+        if distmatch_loss.reference is not None:  # the anchored losses: the same inputs through the reference
+            refuse_sharded_reference(self, distmatch_loss)  # before running it
+            reference = reference_hidden(self, distmatch_loss.reference, args, kwargs)
         if shift_labels is None:  # the model's own shift: position t predicts label t + 1
             hidden, targets = hidden[:, :-1], labels[:, 1:]
+            if reference is not None:
+                reference = (reference[0][:, :-1], reference[1])
         else:  # context / sequence parallelism pass labels already shifted
             targets = shift_labels
-        return compute_request(self, hidden, targets, distmatch_loss)
+        return compute_request(self, hidden, targets, distmatch_loss, reference)
 
     model.forward = types.MethodType(forward, model)
     setattr(model, _PATCHED_FLAG, True)

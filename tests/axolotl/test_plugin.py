@@ -105,6 +105,9 @@ def test_unknown_loss_fails_validation_naming_the_choices(assets, tmp_path) -> N
         ("tailr", "tailr_min_weight", 1.5, "tailr_min_weight=1.5 is invalid"),
         ("tailr", "tailr_variant", "tvd", "expected one of 'tailr', 'emo_code'"),
         ("emo", "emo_ratio_clamp", -1.0, "emo_ratio_clamp=-1.0 is invalid"),
+        ("prob", "anchor_kl_weight", 0.1, "anchor_kl_weight=0.1 has no effect with loss='prob'"),
+        (None, "anchor_kl_weight", 0.1, "add `loss: asft` or `loss: sft_kl`"),
+        ("sft_kl", "anchor_kl_weight", -0.5, "anchor_kl_weight=-0.5 is invalid"),
     ],
 )
 def test_bad_option_values_fail_validation(assets, tmp_path, loss, key, value, expected) -> None:

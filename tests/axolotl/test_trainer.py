@@ -149,6 +149,7 @@ def test_every_loss_trains_in_process(assets, tmp_path, monkeypatch, loss) -> No
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 2
     expected_keys = {"ce", "entropy", "mean_token_accuracy"} | ({"demd"} if loss == "emo" else set())
+    expected_keys |= {"kl"} if loss in ("asft", "sft_kl") else set()  # the KL to the reference, per step
     for entry in logged:
         assert math.isfinite(entry["loss"]) and expected_keys <= set(entry) and "ppl" not in entry
     if loss == "ce":  # the objective is then the cross-entropy of the same tokens

@@ -62,6 +62,18 @@ def test_loss_benchmark_harness(tmp_path):
     )
 
 
+def test_anchored_loss_benchmark_harness(tmp_path):
+    data = _run(["benchmarks/bench_anchored.py", "--N", "64", "--d", "16", "--V", "256", "--repeats", "1",
+                 "--cases", "asft logits,asft fused"], tmp_path)  # fmt: skip
+    rows = {r["case"]: r for r in data["results"]}
+    assert set(rows) == {"asft logits", "asft fused"}
+    assert not [r for r in rows.values() if "error" in r]
+    # The same inputs in every process: both asft paths give the same loss.
+    assert rows["asft fused"]["loss_value"] == pytest.approx(rows["asft logits"]["loss_value"], rel=1e-5)
+    assert rows["asft fused"]["loss_value"] > 0
+    assert all(r["extra_mib"] >= 0 and r["time_s"] > 0 for r in rows.values())
+
+
 def test_training_benchmark_harness(tmp_path):
     model = build_tiny_llama(tmp_path / "model")
     data = _run(["benchmarks/bench_trl_training.py", "--model", str(model), "--losses", "nll,ce,gem_ls",

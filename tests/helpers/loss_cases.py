@@ -54,6 +54,25 @@ CONFIGS = [
     ("eaft", {"alpha": 0.5, "k": 3}),
     ("eaft", {"alpha": 2.0}),
     ("eaft", {"alpha": 0.0}),
+    ("prob", {}),
+    ("prob", {"q": 0.0}),  # exactly CE
+    ("prob", {"q": 0.5}),
+    ("prob", {"q": 2.0}),
+    ("prob", {"min_p": 0.1}),  # the authors' OnlyTopP-0.1
+    ("prob", {"max_p": 0.1}),  # OnlyBottomP-0.1
+    ("prob", {"q": 0.0, "min_p": 0.1}),  # OnlyTopLogP-0.1
+    ("prob", {"q": 0.5, "min_p": 0.02, "max_p": 0.3}),
+]
+# The anchored losses take the reference model's logits (`reference_logits=`, or `reference_hidden=` +
+# `reference_weight=` fused), which the shared sweeps cannot pass: tests/losses/test_anchored.py runs these through
+# the same oracle, path, gradient and statistics checks.
+ANCHORED_CONFIGS = [
+    ("asft", {}),
+    ("asft", {"kl_weight": 0.05}),  # the ASFT README's example command
+    ("asft", {"kl_weight": 0.0}),  # DFT
+    ("sft_kl", {}),
+    ("sft_kl", {"kl_weight": 1.0}),
+    ("sft_kl", {"kl_weight": 0.0}),  # CE
 ]
 # One config per loss (default params, EMO both weightings) for the more expensive sweeps.
 BASIC = [
@@ -68,6 +87,7 @@ BASIC = [
     ("mixce", {}),
     ("dft", {}),
     ("eaft", {"k": 5}),
+    ("prob", {}),
 ]
 
 
@@ -79,6 +99,7 @@ def _cid(cfg):
 
 
 CFG_IDS = [_cid(c) for c in CONFIGS]
+ANCHORED_IDS = [_cid(c) for c in ANCHORED_CONFIGS]
 BASIC_IDS = [_cid(c) for c in BASIC]
 
 GMODES = ["sum", "mean", "const", "random", "sparse"]
@@ -139,6 +160,13 @@ def make_fused(N=9, V=13, d=6, seed=0, scale=1.5, dtype=F64, n_ignored=2):
     weight = torch.randn(V, d, generator=gen, dtype=F64).to(dtype)
     labels = make_labels(N, V, seed, n_ignored=n_ignored, argmax_of=hidden.double() @ weight.double().T)
     return hidden, weight, labels
+
+
+def make_reference(N=9, V=13, d_ref=4, seed=0, scale=1.5, dtype=F64):
+    """A reference model's hidden states [N, d_ref] and head [V, d_ref] (another width than the policy's)."""
+    gen = _gen(seed + 333)
+    hidden = (torch.randn(N, d_ref, generator=gen, dtype=F64) * scale / math.sqrt(d_ref)).to(dtype)
+    return hidden, torch.randn(V, d_ref, generator=gen, dtype=F64).to(dtype)
 
 
 def upstream(mode, N, seed, dtype):

@@ -553,3 +553,7 @@ def _eaft_readable(r: Readable, cfg: Config) -> torch.Tensor:
 @surrogate_for("eaft", freeze=True)
 def _eaft_surrogate(s: SurrogateAt, cfg: Config) -> torch.Tensor:
     return s.frozen.e.to(s.z.dtype) * s.ell  # the weight frozen at z0
+
+
+# The oracles of the probability family and of the anchored losses (registered on import; they use the pieces above).
+from tests.helpers import loss_oracles_more as _more  # noqa: E402, F401

@@ -22,6 +22,9 @@ DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
     "tailr": {"gamma": 0.5, "min_weight": 0.2, "variant": "tailr"},
     "mixce": {"gamma": 0.5},
     "eaft": {"alpha": 1.0, "k": 20},
+    "prob": {"q": 1.0, "min_p": 0.0, "max_p": 1.0},
+    "asft": {"kl_weight": 0.1},
+    "sft_kl": {"kl_weight": 0.1},
 }
 
 #: option -> (a loss that uses it, the functional parameter it sets).
@@ -36,6 +39,10 @@ OPTION_PARAMS: dict[str, tuple[str, str]] = {
     "mixce_gamma": ("mixce", "gamma"),
     "eaft_alpha": ("eaft", "alpha"),
     "eaft_k": ("eaft", "k"),
+    "prob_q": ("prob", "q"),
+    "prob_min_p": ("prob", "min_p"),
+    "prob_max_p": ("prob", "max_p"),
+    "anchor_kl_weight": ("asft", "kl_weight"),
 }
 
 #: Accepted values: 0 wherever it is valid, and every bound's valid edge.
@@ -54,6 +61,12 @@ VALID: list[tuple[str, Any]] = [
     ("mixce_gamma", 1.0),
     ("eaft_alpha", 0.0),  # >= 0
     ("eaft_k", 1),  # integer >= 1
+    ("prob_q", 0.0),  # >= 0 (0 is CE)
+    ("prob_min_p", 0.0),  # [0, 1)
+    ("prob_min_p", 0.999),
+    ("prob_max_p", 1e-6),  # (0, 1]
+    ("prob_max_p", 1.0),
+    ("anchor_kl_weight", 0.0),  # >= 0 (0: DFT / CE)
 ]
 
 #: Refused values just outside each bound (or outside the choices), with the start of the one-line error.
@@ -70,6 +83,12 @@ INVALID: list[tuple[str, Any]] = [
     ("mixce_gamma", 1.01),
     ("eaft_alpha", -1e-6),
     ("eaft_k", 0),
+    ("prob_q", -1e-6),
+    ("prob_min_p", -0.01),
+    ("prob_min_p", 1.0),
+    ("prob_max_p", 0.0),
+    ("prob_max_p", 1.01),
+    ("anchor_kl_weight", -1e-6),
     ("emo_weighting", "emo3"),
     ("tailr_variant", "tvd"),
 ]

@@ -16,6 +16,7 @@ import torch
 import tests.helpers.loss_oracles as O  # noqa: E402
 from tests.helpers.env import REPO_ROOT  # noqa: E402
 from tests.helpers.loss_cases import (  # noqa: E402
+    ANCHORED_CONFIGS,
     BASIC,
     BASIC_IDS,
     CFG_IDS,
@@ -77,8 +78,8 @@ def test_api_constants():
 
 
 def test_configs_cover_every_loss():
-    assert {n for n, _ in CONFIGS} == set(LOSS_NAMES)
-    assert {n for n, _ in BASIC} == set(LOSS_NAMES)
+    assert {n for n, _ in CONFIGS} | {n for n, _ in ANCHORED_CONFIGS} == set(LOSS_NAMES)
+    assert {n for n, _ in BASIC} | {n for n, _ in ANCHORED_CONFIGS} == set(LOSS_NAMES)
 
 
 # ---------------------------------------------------------------------------------------------

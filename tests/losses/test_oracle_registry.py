@@ -30,13 +30,22 @@ def test_each_oracle_has_its_closed_form_readable_form_and_surrogate(name: str) 
 
 
 def test_the_oracles_import_nothing_of_the_implementation() -> None:
-    """Written from the formulas: the module imports torch and the standard library only."""
-    tree = ast.parse((REPO_ROOT / "tests" / "helpers" / "loss_oracles.py").read_text(encoding="utf-8"))
-    imported = {
-        alias.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
-    }
-    imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"__future__", "torch", "dataclasses", "collections", "typing"}, imported
+    """Written from the formulas: the modules import torch, the standard library and each other only."""
+    for module in ("loss_oracles", "loss_oracles_more"):
+        tree = ast.parse((REPO_ROOT / "tests" / "helpers" / f"{module}.py").read_text(encoding="utf-8"))
+        imported = {
+            alias.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
+        }
+        own = {
+            n.module
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tests")
+        }
+        assert own <= {"tests.helpers", "tests.helpers.loss_oracles"}, own
+        imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert imported - {"tests"} <= {"__future__", "torch", "dataclasses", "collections", "typing"}, (
+            imported
+        )
 
 
 def test_a_second_registration_or_a_piece_without_its_closed_form_is_refused(monkeypatch) -> None:

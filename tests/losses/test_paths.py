@@ -24,19 +24,30 @@ def _params(name: str, weight: torch.Tensor) -> dict:
     return {"cost_embedding": weight.detach().clone()} if name == "emo" else {}
 
 
+def _reference_model(name: str, n: int) -> tuple[dict, dict]:
+    """The anchored losses' reference: (fused keywords, logits keywords), else two empty dicts."""
+    if name not in ("asft", "sft_kl"):
+        return {}, {}
+    gen = torch.Generator().manual_seed(5)
+    hidden = torch.randn(n, 3, generator=gen, dtype=torch.float64)
+    weight = torch.randn(V, 3, generator=gen, dtype=torch.float64)
+    return {"reference_hidden": hidden, "reference_weight": weight}, {"reference_logits": hidden @ weight.T}
+
+
 @pytest.mark.parametrize("name", LOSS_NAMES)
 def test_fused_weight_grad_rescaled_and_recomputed_agree(name):
     """The uniform-upstream fast path (rescale) and the recompute path give the reference gradient."""
     hidden, weight, labels = _inputs()
     params = _params(name, weight)
-    ref = reference_token_loss(name, hidden @ weight.T, labels, **params)
+    fused_ref, logits_ref = _reference_model(name, hidden.shape[0])
+    ref = reference_token_loss(name, hidden @ weight.T, labels, **params, **logits_ref)
     upstreams = {
         "uniform": torch.full_like(ref, 0.125),
         "per-token": torch.linspace(0.1, 2.0, ref.numel(), dtype=ref.dtype),
     }
     for kind, upstream in upstreams.items():
         ref_grads = torch.autograd.grad(ref, (hidden, weight), upstream, retain_graph=True)
-        loss = fused_token_loss(name, hidden, weight, labels, chunk_size=3, **params)
+        loss = fused_token_loss(name, hidden, weight, labels, chunk_size=3, **params, **fused_ref)
         grads = torch.autograd.grad(loss, (hidden, weight), upstream)
         for got, want, what in zip(grads, ref_grads, ("hidden", "weight")):
             torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=f"{kind} upstream, d {what}")

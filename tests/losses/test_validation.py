@@ -116,13 +116,21 @@ def _good():
     return logits, labels, hidden, weight, flabels, emb
 
 
+def _anchor(name: str, **tensors: torch.Tensor) -> dict:
+    """A valid reference model's keywords for the anchored losses (the inputs halved), else none."""
+    if name not in ("asft", "sft_kl"):
+        return {}
+    return {f"reference_{key}": value.detach() * 0.5 for key, value in tensors.items()}
+
+
 def test_bad_input_fixture_is_valid():
     logits, labels, hidden, weight, flabels, emb = _good()
     for name in LOSS_NAMES:
         p = {"cost_embedding": emb} if name == "emo" else {}
-        assert torch.isfinite(token_loss(name, logits, labels, **p)).all()
-        assert torch.isfinite(fused_token_loss(name, hidden, weight, flabels, **p)).all()
-        assert torch.isfinite(reference_token_loss(name, logits, labels, **p)).all()
+        r, f = _anchor(name, logits=logits), _anchor(name, hidden=hidden, weight=weight)
+        assert torch.isfinite(token_loss(name, logits, labels, **p, **r)).all()
+        assert torch.isfinite(fused_token_loss(name, hidden, weight, flabels, **p, **f)).all()
+        assert torch.isfinite(reference_token_loss(name, logits, labels, **p, **r)).all()
 
 
 @pytest.mark.parametrize("path", ["token", "fused", "reference"])
@@ -270,6 +278,7 @@ def test_bad_cost_embedding(case, path):
 def test_bad_logits_and_labels_token(name):
     logits, labels, _, _, _, emb = _good()
     p = {"cost_embedding": emb} if name == "emo" else {}
+    p |= _anchor(name, logits=logits)  # valid: each case is refused for its own input
     N, V = logits.shape
     cases = {
         "logits_1d": (logits[0], labels[:1]),
@@ -295,6 +304,7 @@ def test_bad_logits_and_labels_token(name):
 def test_bad_inputs_fused(name):
     _, _, hidden, weight, labels, emb = _good()
     p = {"cost_embedding": emb} if name == "emo" else {}
+    p |= _anchor(name, hidden=hidden, weight=weight)
     N, V = hidden.shape[0], weight.shape[0]
     cases = {
         "hidden_1d": (hidden[0], weight, labels[:1]),

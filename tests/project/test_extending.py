@@ -211,8 +211,8 @@ def _add_toy_loss(copy: Path) -> None:
     objectives = copy / "trl_ext" / "losses" / "objectives"
     (objectives / "toy.py").write_text(TOY_MODULE, encoding="utf-8")
     init = objectives / "__init__.py"
-    _edit(init, "emo, gem, mixce, tailr\n", "emo, gem, mixce, tailr, toy\n")
-    _edit(init, "eaft.SPEC)", "eaft.SPEC, toy.SPEC)")
+    _edit(init, "\n\nSPECS = (", "\nfrom . import toy\n\nSPECS = (")
+    _edit(init, ",\n)\n", ",\n    toy.SPEC,\n)\n")
     oracles = copy / "tests" / "helpers" / "loss_oracles.py"
     oracles.write_text(oracles.read_text(encoding="utf-8") + TOY_ORACLE, encoding="utf-8")
     cases = copy / "tests" / "helpers" / "loss_cases.py"

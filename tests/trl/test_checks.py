@@ -49,6 +49,13 @@ def _config(tmp_path: Path, **kwargs) -> DistMatchSFTConfig:
         ({"loss": "emo", "emo_cost_embedding": "/no/such/model"}, "no such folder"),
         ({"loss": "emo", "emo_cost_embedding": "a/b/c d"}, "not a hub id"),
         ({"loss": "bogus"}, "loss='bogus' is not a known loss"),
+        ({"anchor_kl_weight": 0.2}, "anchor_kl_weight=0.2 is set but `loss` is unset"),
+        ({"loss": "prob", "anchor_kl_weight": 0.1}, "anchor_kl_weight=0.1 has no effect with loss='prob'"),
+        ({"loss": "asft", "prob_q": 0.5}, "prob_q=0.5 has no effect with loss='asft'"),
+        (
+            {"loss": "prob", "prob_min_p": 0.5, "prob_max_p": 0.2},
+            "Loss 'prob': prob_min_p=0.5 > prob_max_p=0.2 keeps no token",
+        ),
     ],
 )
 def test_config_refuses(tmp_path, kwargs, expected):

@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 
+from trl_ext.anchor import Reference
 from trl_ext.losses import LOSS_NAMES, reference_token_loss
 from trl_ext.model_forward import LossRequest, install_loss_forward
 
@@ -68,6 +69,12 @@ def batch() -> dict[str, torch.Tensor]:
 
 
 def params_for(loss: str, model: nn.Module) -> dict[str, Any]:
+    if loss in ("asft", "sft_kl"):  # the anchored losses: a frozen reference model, not the model itself
+        frozen = copy.deepcopy(model).requires_grad_(False)
+        with torch.no_grad():
+            for i, p in enumerate(frozen.parameters()):
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i), dtype=p.dtype) * 0.05)
+        return {"reference_model": frozen}
     return {"cost_embedding": model.get_output_embeddings().weight.detach().clone()} if loss == "emo" else {}
 
 
@@ -77,6 +84,11 @@ def reference(
     b = batch()
     logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits[:, :-1]
     targets = b["labels"][:, 1:].reshape(-1)
+    cost = dict(cost)
+    if "reference_model" in cost:  # its own forward: its logits soft-capped / scaled by transformers
+        frozen = cost.pop("reference_model")
+        ref = frozen(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits[:, :-1]
+        cost["reference_logits"] = ref.reshape(-1, VOCAB)
     per_token = reference_token_loss(loss, logits.reshape(-1, VOCAB), targets, **cost)
     value = per_token.sum() / (targets != -100).sum()
     value.backward()
@@ -91,6 +103,7 @@ def patched(model: nn.Module, loss: str, cost: dict[str, Any], force_logits: boo
         params={},
         cost_embedding=cost.get("cost_embedding"),
         force_logits_path=force_logits,
+        reference=Reference(model=cost["reference_model"]) if "reference_model" in cost else None,
     )
     out = model(**batch(), distmatch_loss=request)
     value = out.per_token_loss.sum() / out.label_mask.sum()

@@ -290,8 +290,10 @@ def test_padding_free_training_equals_padded_training(models, data, tmp_path):
             {"variant": "emo_code", "gamma": 0.9, "min_weight": 0.3},
         ),
         ("emo", {"emo_ratio_clamp": 3.0}, {"ratio_clamp": 3.0, "weighting": "emo1"}),
+        # Beyond Log Likelihood's OnlyTopLogP-0.001: CE on the tokens with p >= 0.001 (most, not all, at V = 300)
+        ("prob", {"prob_q": 0.0, "prob_min_p": 0.001}, {"q": 0.0, "min_p": 0.001, "max_p": 1.0}),
     ],
-    ids=["tailr-emo_code", "emo-ratio_clamp"],
+    ids=["tailr-emo_code", "emo-ratio_clamp", "prob-only_top_logp"],
 )
 def test_paper_variants_train(models, data, tmp_path, loss, options, params):
     """The EMO repository's tvd baseline and its clamped emo mode, trained through TRL from the options."""
@@ -328,6 +330,7 @@ def test_every_loss_trains_logs_and_evaluates(models, data, tmp_path, loss, use_
     expected = {"loss", "ce", "entropy", "mean_token_accuracy", "num_tokens"} | (
         {"demd"} if loss == "emo" else set()
     )
+    expected |= {"kl"} if loss in ("asft", "sft_kl") else set()  # the KL to the reference model, per step
     for log in logs:
         assert expected <= log.keys(), sorted(log)
         assert all(math.isfinite(log[k]) for k in expected | {"grad_norm"}), log
@@ -351,6 +354,9 @@ def test_every_loss_trains_logs_and_evaluates(models, data, tmp_path, loss, use_
     )
     if loss == "emo":
         assert "eval_demd" in metrics
+    if loss in ("asft", "sft_kl"):
+        # ~0 with LoRA after two small steps (the adapter starts at 0), > 0 in full fine-tuning
+        assert math.isfinite(metrics["eval_kl"])
     assert (
         math.isfinite(metrics["eval_loss"]) and math.isfinite(metrics["eval_ce"]) and metrics["eval_ce"] > 0
     )

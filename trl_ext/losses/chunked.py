@@ -34,6 +34,7 @@ from .validation import (
     check_chunk_size,
     check_floating,
     check_labels,
+    check_reference,
     checked_cost_embedding,
     compute_dtype,
     cost_inverse_norms,
@@ -76,6 +77,10 @@ class _Plan:
     cost_inv_norm: Tensor | None  # ... and 1 / its row norms, applied to each chunk's similarity rows
     row_math: RowMath
     matmul_dtype: torch.dtype  # the matmul operands' dtype (float32 results either way)
+    # Anchored losses: the reference model's logits (logits path), or its hidden states and head (fused path).
+    reference_logits: Tensor | None = None
+    reference_hidden: Tensor | None = None
+    reference_weight: Tensor | None = None  # in the matmul dtype
     grad_enabled: bool = field(default_factory=torch.is_grad_enabled)
     stats: dict[str, Tensor] = field(default_factory=dict)
 
@@ -102,6 +107,15 @@ class _Plan:
         sim = self.mm(self.cost_embedding[y], self.cost_embedding.T)
         return sim.mul_(self.cost_inv_norm[y].unsqueeze(1)).mul_(self.cost_inv_norm)
 
+    def reference(self, rows: Tensor) -> dict[str, Tensor]:
+        """The row math's `reference=` keyword for these rows (a fresh compute-dtype chunk), or nothing."""
+        if self.reference_logits is not None:
+            return {"reference": self.reference_logits[rows].to(self.cdtype)}
+        if self.reference_hidden is not None and self.reference_weight is not None:
+            h = self.operand(self.reference_hidden[rows])
+            return {"reference": self.mm(h, self.reference_weight.T)}
+        return {}
+
     def chunks(self, valid_rows: Tensor):
         for start in range(0, valid_rows.numel(), self.chunk_size):
             yield start, valid_rows[start : start + self.chunk_size]
@@ -123,8 +137,10 @@ def _plan(
     chunk_size: int | None,
     want_stats: bool,
     matmul_dtype: torch.dtype | None = None,
+    reference: dict[str, Tensor | None] | None = None,
 ) -> _Plan:
     spec, resolved = resolve(name, params)
+    reference = check_reference(name, spec.needs_reference, reference or {}, inputs, vocab_size)
     check_chunk_size(chunk_size)
     cdtype = compute_dtype(inputs.dtype)
     row_math = select_row_math(name, inputs.device, cdtype)
@@ -138,7 +154,9 @@ def _plan(
         # a cost embedding adds the similarity rows.
         cost, in_place = cost_embedding is not None, row_math is not chunk_math
         buffers = (2 if cost else 1) if in_place else (4 if cost else 3)
+        buffers += 2 if spec.needs_reference else 0  # the reference's logits and softmax
         chunk_size = auto_chunk_size(vocab_size, cdtype, buffers=buffers, device=inputs.device)
+    ref_weight = reference.get("reference_weight")
     return _Plan(
         name,
         resolved,
@@ -150,6 +168,9 @@ def _plan(
         cost_inv_norm,
         row_math,
         matmul_dtype or cdtype,
+        reference_logits=reference.get("reference_logits"),
+        reference_hidden=reference.get("reference_hidden"),
+        reference_weight=None if ref_weight is None else ref_weight.to(matmul_dtype or cdtype),
     )
 
 
@@ -191,7 +212,14 @@ class _ChunkedFromLogits(torch.autograd.Function):
             y = labels[rows]
             z = logits[rows].to(plan.cdtype)
             result = plan.row_math(
-                plan.name, plan.params, z, y, plan.similarity(y), want_grad=False, want_stats=plan.want_stats
+                plan.name,
+                plan.params,
+                z,
+                y,
+                plan.similarity(y),
+                want_grad=False,
+                want_stats=plan.want_stats,
+                **plan.reference(rows),
             )
             loss[rows] = result.loss
             plan.store_stats(rows, result)
@@ -210,8 +238,9 @@ class _ChunkedFromLogits(torch.autograd.Function):
             y = labels[rows]
             z = logits[rows].to(plan.cdtype)
             grad = plan.row_math(
-                plan.name, plan.params, z, y, plan.similarity(y), want_grad=True, want_stats=False
-            ).grad
+                plan.name, plan.params, z, y, plan.similarity(y), want_grad=True, want_stats=False,
+                **plan.reference(rows),
+            ).grad  # fmt: skip
             assert grad is not None
             grad_logits[rows] = grad.mul_(upstream[rows].unsqueeze(1)).to(logits.dtype)
         return grad_logits, None, None
@@ -243,6 +272,7 @@ class _FusedLinear(torch.autograd.Function):
                 plan.similarity(y),
                 want_grad=need_hidden or need_weight,
                 want_stats=plan.want_stats,
+                **plan.reference(rows),
             )
             loss[rows] = result.loss
             plan.store_stats(rows, result)
@@ -296,8 +326,9 @@ def _recompute_grad_weight(
         y = labels[rows]
         h = plan.operand(hidden[rows])
         grad = plan.row_math(
-            plan.name, plan.params, plan.mm(h, w.T), y, plan.similarity(y), want_grad=True, want_stats=False
-        ).grad
+            plan.name, plan.params, plan.mm(h, w.T), y, plan.similarity(y), want_grad=True, want_stats=False,
+            **plan.reference(rows),
+        ).grad  # fmt: skip
         assert grad is not None
         grad.mul_(upstream[start : start + rows.numel()].unsqueeze(1))
         plan.add_grad_weight(grad_weight, plan.operand(grad), h)
@@ -317,16 +348,20 @@ def token_loss(
     *,
     chunk_size: int | None = None,
     return_stats: bool = False,
+    reference_logits: Tensor | None = None,
     **params: Any,
 ) -> Tensor | tuple[Tensor, TokenStats]:
     """Per-token loss `name` of `logits` [N, V] against aligned `labels` [N] (-100 = ignored -> 0).
 
     Chunked over rows; differentiable w.r.t. `logits`. Returns float32 (float64 for float64 logits); with
-    `return_stats=True` also a `TokenStats` of detached per-token CE, entropy, top-1 correctness (and DEMD for EMO).
+    `return_stats=True` also a `TokenStats` of detached per-token CE, entropy, top-1 correctness (and DEMD for EMO,
+    the KL for the anchored losses). `reference_logits` [N, V]: the frozen reference model's logits of the same
+    rows (anchored losses only; never differentiated).
     """
     check_floating("logits", logits, 2)
     check_labels(labels, logits.shape[0], logits.shape[1], logits.device)
-    plan = _plan(name, params, logits.shape[1], logits, chunk_size, return_stats)
+    reference = {"reference_logits": reference_logits}
+    plan = _plan(name, params, logits.shape[1], logits, chunk_size, return_stats, reference=reference)
     loss = _ChunkedFromLogits.apply(logits, labels.long(), plan)
     return _finish(loss, plan, return_stats)
 
@@ -339,12 +374,16 @@ def fused_token_loss(
     *,
     chunk_size: int | None = None,
     return_stats: bool = False,
+    reference_hidden: Tensor | None = None,
+    reference_weight: Tensor | None = None,
     **params: Any,
 ) -> Tensor | tuple[Tensor, TokenStats]:
     """Per-token loss `name` of the logits `hidden @ weight.T` without materialising them.
 
     `hidden` [N, d] (final hidden states, rows aligned with `labels` [N]), `weight` [V, d] (the LM head).
     Differentiable w.r.t. `hidden` and `weight`; same values and gradients as `token_loss` on the full logits.
+    Anchored losses: `reference_hidden` [N, d_ref] and `reference_weight` [V, d_ref], the frozen reference model's
+    final hidden states and head, whose logits are built chunk by chunk like the policy's (never differentiated).
     """
     check_floating("hidden", hidden, 2)
     check_floating("weight", weight, 2)
@@ -359,6 +398,9 @@ def fused_token_loss(
             "dtype and device."
         )
     check_labels(labels, hidden.shape[0], weight.shape[0], hidden.device)
-    plan = _plan(name, params, weight.shape[0], hidden, chunk_size, return_stats, _matmul_dtype(hidden))
+    reference = {"reference_hidden": reference_hidden, "reference_weight": reference_weight}
+    plan = _plan(
+        name, params, weight.shape[0], hidden, chunk_size, return_stats, _matmul_dtype(hidden), reference
+    )
     loss = _FusedLinear.apply(hidden, weight, labels.long(), plan)
     return _finish(loss, plan, return_stats)

@@ -13,17 +13,34 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .registry import IGNORE_INDEX, check_floating, check_labels, compute_dtype, resolve
+from .registry import (
+    IGNORE_INDEX,
+    check_floating,
+    check_labels,
+    check_reference,
+    compute_dtype,
+    resolve,
+)
 from .spec import FullLogits, TokenStats
 
 
 def reference_token_loss(
-    name: str, logits: Tensor, labels: Tensor, *, return_stats: bool = False, **params: Any
+    name: str,
+    logits: Tensor,
+    labels: Tensor,
+    *,
+    return_stats: bool = False,
+    reference_logits: Tensor | None = None,
+    **params: Any,
 ) -> Tensor | tuple[Tensor, TokenStats]:
-    """Per-token loss `name` (0 where labels == -100), by autograd on full logits."""
+    """Per-token loss `name` (0 where labels == -100), by autograd on full logits (`reference_logits`: the frozen
+    reference model's logits, anchored losses only)."""
     check_floating("logits", logits, 2)
     check_labels(labels, logits.shape[0], logits.shape[1], logits.device)
     spec, params = resolve(name, params)
+    ref = check_reference(
+        name, spec.needs_reference, {"reference_logits": reference_logits}, logits, logits.shape[1]
+    ).get("reference_logits")
     z = logits.to(compute_dtype(logits.dtype))
     valid = labels != IGNORE_INDEX
     y = torch.where(valid, labels.long(), 0)
@@ -32,7 +49,7 @@ def reference_token_loss(
     p = log_p.exp()
     log_p_y = log_p.gather(1, y.unsqueeze(1)).squeeze(1)
     entropy = -(p * log_p).sum(-1)
-    token, extra = spec.reference(FullLogits(z, y, log_p, p, log_p_y, -log_p_y, entropy, params))
+    token, extra = spec.reference(FullLogits(z, y, log_p, p, log_p_y, -log_p_y, entropy, params, ref))
 
     token = torch.where(valid, token, 0.0)
     if not return_stats:

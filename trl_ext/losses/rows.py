@@ -34,18 +34,20 @@ def chunk_math(
     *,
     want_grad: bool,
     want_stats: bool,
+    reference: Tensor | None = None,
 ) -> ChunkResult:
     """Loss (and gradient, statistics) of valid rows `z` [n, V] with targets `y` [n].
 
     `z` is owned by the caller's chunk and may be overwritten. `similarity` ([n, V], losses with a cost embedding
-    only, also overwritten) holds s_ij = cos(e_{y_i}, e_j) from the normalised cost embedding.
+    only, also overwritten) holds s_ij = cos(e_{y_i}, e_j) from the normalised cost embedding; `reference` ([n, V],
+    anchored losses only, may be overwritten) the reference model's logits of the same rows.
     """
     spec = LOSSES[name]
     z_y = z.gather(1, y.unsqueeze(1)).view(-1)
     stats: dict[str, Tensor] = {}
     if want_stats:
         stats["top1_correct"] = (z.argmax(dim=1) == y).to(z.dtype)
-    r = Rows(z, y, z_y, params, similarity, want_grad, want_stats, stats)
+    r = Rows(z, y, z_y, params, similarity, want_grad, want_stats, stats, reference=reference)
     if spec.uses_softmax or want_stats:
         r.p, r.lse = softmax(z)
         r.ce = r.lse - z_y

@@ -72,6 +72,7 @@ class TokenStats:
     entropy: Tensor
     top1_correct: Tensor
     demd: Tensor | None = None  # EMO
+    kl: Tensor | None = None  # the anchored losses: KL(p_ref || p_theta) to the reference model
 
 
 #: Statistics every loss reports; a spec's `stats` names the extra `TokenStats` fields it fills.
@@ -88,6 +89,7 @@ class ChunkResult:
     entropy: Tensor | None = None
     top1_correct: Tensor | None = None
     demd: Tensor | None = None
+    kl: Tensor | None = None
 
 
 @dataclass
@@ -112,6 +114,7 @@ class Rows:
     p: Tensor | None = None  # softmax(z)
     lse: Tensor | None = None  # logsumexp(z)
     ce: Tensor | None = None  # lse - z_y
+    reference: Tensor | None = None  # [n, V] the reference model's logits of these rows (anchored losses)
 
 
 @dataclass
@@ -126,6 +129,7 @@ class FullLogits:
     ce: Tensor  # -log_p_y
     entropy: Tensor  # [N]
     params: dict[str, Any]  # validated, defaults filled in (a cost embedding as given)
+    reference: Tensor | None = None  # [N, V] the reference model's logits, detached (anchored losses)
 
 
 #: A detached per-token weight w(z, l, params) of a CE-weighted loss (l = -log p_y), or None for weight 1.
@@ -142,6 +146,9 @@ class LossSpec:
     options: tuple[Option, ...] = ()
     stats: tuple[str, ...] = ()  # extra `TokenStats` fields it fills (EMO: "demd")
     needs_cost_embedding: bool = False
+    #: the reference model's logits enter its math (`reference_logits=`, or `reference_hidden=` +
+    #: `reference_weight=` on the fused path): the anchored losses
+    needs_reference: bool = False
     uses_softmax: bool = True  # False: its closed form never needs softmax(z) (GEM)
     triton: bool = False  # the Triton row kernel implements it
     weight: Weight | None = None  # CE-weighted losses: their detached per-token weight

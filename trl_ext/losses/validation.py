@@ -142,3 +142,44 @@ def normalized_cost_embedding(
     """Validate EMO's cost embedding and return its rows L2-normalised (detached, in the compute dtype)."""
     emb = checked_cost_embedding(cost_embedding, vocab_size, device).to(dtype)
     return torch.nn.functional.normalize(emb, dim=1, eps=COST_NORM_EPS)
+
+
+def check_reference(
+    name: str, needed: bool, given: dict[str, Any], inputs: torch.Tensor, vocab_size: int
+) -> dict[str, torch.Tensor]:
+    """Validate the reference model's tensors of an anchored loss (`given`: the keywords of one path, None when
+    not passed); return them detached. A loss that takes no reference refuses them, one that needs it requires them.
+    """
+    present = {key: value for key, value in given.items() if value is not None}
+    keywords = " + ".join(f"{key}=" for key in given)
+    if not needed:
+        if present:
+            raise ValueError(
+                f"{', '.join(f'{k}=' for k in present)} is only for the anchored losses (asft, sft_kl); loss "
+                f"{name!r} takes no reference model."
+            )
+        return {}
+    if len(present) != len(given):
+        raise ValueError(
+            f"Loss {name!r} needs the frozen reference model's {keywords} on this path (its KL anchor), "
+            f"got {', '.join(f'{k}=' for k in present) or 'none'}."
+        )
+    rows = inputs.shape[0]
+    for key, value in present.items():
+        check_floating(key, value, 2)
+        if value.device != inputs.device:
+            raise ValueError(f"{key} is on {value.device} but the inputs are on {inputs.device}.")
+    if "reference_logits" in present and tuple(present["reference_logits"].shape) != (rows, vocab_size):
+        raise ValueError(
+            f"reference_logits must be [{rows}, {vocab_size}] like the logits (the reference model's logits of "
+            f"the same rows, same vocabulary), got {tuple(present['reference_logits'].shape)}."
+        )
+    if "reference_hidden" in present:
+        hidden, weight = present["reference_hidden"], present["reference_weight"]
+        if hidden.shape[0] != rows or weight.shape[0] != vocab_size or hidden.shape[1] != weight.shape[1]:
+            raise ValueError(
+                f"reference_hidden must be [{rows}, d_ref] and reference_weight [{vocab_size}, d_ref] (the reference "
+                f"model's hidden states of the same rows and its LM head, same vocabulary), got "
+                f"{tuple(hidden.shape)} and {tuple(weight.shape)}."
+            )
+    return {key: value.detach() for key, value in present.items()}

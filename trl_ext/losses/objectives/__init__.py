@@ -6,8 +6,21 @@ CE-weighted one only needs its detached weight, see `dft.py`) and add its spec h
 
 from __future__ import annotations
 
-from . import ce, ce_entropy, dft, eaft, emo, gem, mixce, tailr
+from . import anchored, ce, ce_entropy, dft, eaft, emo, gem, mixce, prob, tailr
 
-SPECS = (ce.SPEC, emo.SPEC, gem.LINEAR, gem.LS, ce_entropy.SPEC, tailr.SPEC, mixce.SPEC, dft.SPEC, eaft.SPEC)
+SPECS = (
+    ce.SPEC,
+    emo.SPEC,
+    gem.LINEAR,
+    gem.LS,
+    ce_entropy.SPEC,
+    tailr.SPEC,
+    mixce.SPEC,
+    dft.SPEC,
+    eaft.SPEC,
+    prob.SPEC,
+    anchored.ASFT,
+    anchored.SFT_KL,
+)
 
 __all__ = ["SPECS"]
