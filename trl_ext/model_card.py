@@ -27,6 +27,10 @@ GEM = (
     "Entropic Distribution Matching in Supervised Fine-tuning of LLMs: Less Overfitting and Better Diversity (GEM)",
     "https://arxiv.org/abs/2408.16673",
 )
+ASFT = (
+    "Anchored Supervised Fine-Tuning (ASFT, Zhu et al., ICLR 2026; official code)",
+    "https://github.com/zhuchichi56/ASFT",
+)
 #: The paper of each loss: (title, link; "" where none is recorded). `ce_entropy` is the GEM paper's baseline.
 PAPERS: dict[str, tuple[str, str]] = {
     "ce": ("cross-entropy (maximum likelihood), the baseline", ""),
@@ -49,6 +53,12 @@ PAPERS: dict[str, tuple[str, str]] = {
         "https://arxiv.org/abs/2508.05629",
     ),
     "eaft": ("Entropy-Adaptive Fine-Tuning (EAFT, Diao et al., 2026)", ""),
+    "prob": (
+        "Beyond Log Likelihood: probability-based objectives for SFT (Li et al., 2025; official code)",
+        "https://github.com/GaotangLi/Beyond-Log-Likelihood",
+    ),
+    "asft": ASFT,
+    "sft_kl": ASFT,
 }
 
 

@@ -68,6 +68,19 @@ def test_record_in_the_checkpoint_and_the_output_folder(emo_checkpoint):
     }, section
 
 
+def test_every_loss_names_its_paper_on_the_card(tmp_path):
+    from trl_ext.losses import LOSSES
+    from trl_ext.model_card import PAPERS, add_section
+
+    assert set(PAPERS) == set(LOSSES)  # a new loss needs its paper here, or its runs' cards fail to write
+    for loss in LOSSES:
+        card = tmp_path / loss / "README.md"
+        card.parent.mkdir()
+        card.write_text("---\ntags:\n- trl\n---\n")
+        assert add_section(str(card), loss, {}, "trl")
+        assert read_card(card.parent)[1]["loss"] == loss
+
+
 def test_the_card_section_is_written_once_with_the_latest_values(tmp_path):
     from trl_ext.model_card import add_section
 
