@@ -5,6 +5,7 @@ models, the per-step logs, batches built by the trainer's own collator, a LoRA c
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,17 @@ def make_config(tmp_path: Path, config_cls: type = DistMatchSFTConfig, **overrid
         "seed": 0,
         "use_cpu": True,
         "bf16": False,  # TRL >= 1.10 defaults to bf16 autocast (also on CPU); exact comparisons need fp32
-        "gradient_checkpointing": False,  # TRL's default (True) is kept where a test says so
         "report_to": "none",
         "save_strategy": "no",
         "dataloader_num_workers": 0,
         "disable_tqdm": True,
     }
+    # TRL's default (True) is kept where a test says so; transformers >= 5.2x renamed the field
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    if not {"activation_checkpointing", "gradient_checkpointing"} & set(overrides):
+        kwargs[
+            "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+        ] = False
     kwargs.update(overrides)
     return config_cls(**kwargs)
 

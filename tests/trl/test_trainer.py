@@ -13,6 +13,7 @@ Reference values come from TRL itself (`loss_type="nll"`, same seed, same data o
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -396,3 +397,20 @@ def test_eaft_k_above_the_vocabulary_is_said_once(models, data, tmp_path, caplog
     with caplog.at_level(logging.WARNING, logger="trl_ext.loss_mixin"):
         make_trainer(models["plain"], data, tmp_path / "k20", loss="eaft", eaft_k=20, max_steps=1)
     assert not [r for r in caplog.records if "larger than the vocabulary" in r.getMessage()]
+
+
+def test_nothing_we_use_is_on_a_deprecation_path(models, data, tmp_path):
+    """TRL 1.16 deprecates `compute_loss_func`, `use_liger_kernel` and label smoothing (towards subclassing and Hub
+    kernels): the trainer subclasses `compute_loss` and uses none of them, so building and training one step with a
+    distmatch loss (fused EMO, the path with the most framework hooks) raises no deprecation warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = make_trainer(models["plain"], data, tmp_path, loss="emo", max_steps=1)
+        trainer.train()
+    assert trainer.distmatch_request.name == "emo" and "demd" in step_logs(trainer)[-1]
+    deprecations = [
+        f"{w.filename}:{w.lineno}: {w.message}"
+        for w in caught
+        if issubclass(w.category, (FutureWarning, DeprecationWarning)) or "deprecat" in str(w.message).lower()
+    ]
+    assert not deprecations, deprecations
