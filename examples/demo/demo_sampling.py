@@ -36,25 +36,35 @@ def uniforms(seed: int, position: int, num_samples: int, steps: int) -> Any:
     return np.stack([np.random.default_rng([seed, position, k]).random(steps) for k in range(num_samples)])
 
 
-def choose_tokens(scores: Any, u: Any, temperature: float, top_k: int, top_p: float) -> Any:
-    """The token of each row of `scores` (batch, vocab logits) for the uniforms `u` (batch,), all in float64."""
+def allowed_probabilities(scores: Any, temperature: float, top_k: int, top_p: float) -> Any:
+    """(batch, vocab) float64 probabilities of `scores` (logits) / temperature, zero outside the top-k, then
+    top-p tokens (Hugging Face's sets: the k largest, then the most likely tokens until their mass reaches top-p);
+    not renormalised. Tokens tied with the last one kept are all kept, so no sort order matters."""
     import torch
 
     x = scores.to(torch.float64) / temperature
     keep = torch.isfinite(x)
     if 0 < top_k < x.shape[-1]:
         kth = torch.topk(x, top_k, dim=-1).values[:, -1:]
-        keep &= x >= kth  # ties at the k-th value are all kept: no order dependence
+        keep &= x >= kth
     probs = torch.softmax(x.masked_fill(~keep, float("-inf")), dim=-1)
     if top_p < 1.0:
         ordered = torch.sort(probs, dim=-1, descending=True).values
         before = torch.cumsum(ordered, dim=-1) - ordered  # probability of the more likely tokens
         count = (before < top_p).sum(dim=-1, keepdim=True).clamp(min=1)
         keep &= probs >= torch.gather(ordered, -1, count - 1)
-    weights = probs * keep
+    return probs * keep
+
+
+def choose_tokens(scores: Any, u: Any, temperature: float, top_k: int, top_p: float) -> Any:
+    """The token of each row of `scores` (batch, vocab logits) for the uniforms `u` (batch,): the inverse CDF, in
+    token-id order and float64, of :func:`allowed_probabilities`."""
+    import torch
+
+    weights = allowed_probabilities(scores, temperature, top_k, top_p)
     cdf = torch.cumsum(weights, dim=-1)  # token-id order
     target = u.to(torch.float64).unsqueeze(-1) * cdf[:, -1:]
-    index = torch.searchsorted(cdf, target, right=True).clamp(max=x.shape[-1] - 1)
+    index = torch.searchsorted(cdf, target, right=True).clamp(max=scores.shape[-1] - 1)
     return index.squeeze(-1)
 
 

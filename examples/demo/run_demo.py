@@ -16,7 +16,8 @@ Steps (all offline, CPU by default; every knob is an environment variable or a f
 
 The demo's modules (next to this file, imported as top-level modules: the script's folder is on `sys.path`):
 demo_config (settings, error, log), demo_model (SmolLM2 GGUF -> cached HF folder), demo_train (data, fine-tuning),
-demo_score (scoring and sampling with `distmatch-eval`'s pieces), demo_report (tables, report.md, plots); this file
+demo_score (scoring and sampling with `distmatch-eval`'s pieces), demo_sampling (the sampler whose draws do not
+depend on the machine), demo_report (tables, report.md, plots); this file
 runs the pipeline.
 
     .venv/bin/python examples/demo/run_demo.py                          # what `make demo` runs
