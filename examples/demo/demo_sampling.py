@@ -1,8 +1,8 @@
 """The demo's sampler: temperature / top-k / top-p sampling whose draws do not depend on the machine.
 
 Hugging Face's sampling (`torch.multinomial` on float32 probabilities, random numbers from torch's generator in the
-order the batch is laid out) changes a token whenever a last-bit difference in a probability moves it across the
-random number, and then the rest of the sample differs. Here:
+order the batch is laid out) changes a token when a last-bit difference in a probability moves it across the random
+number, and the rest of the sample then differs; its random numbers also depend on the batch layout. Here:
 
 - the random numbers are not torch's: one uniform per (seed, prompt position, sample index, step) from numpy's PCG64
   (`numpy.random.default_rng([seed, position, sample])`, a stream numpy keeps stable across platforms), so they do
@@ -12,10 +12,9 @@ random number, and then the rest of the sample differs. Here:
   order, so two nearly tied tokens that swap ranks on another machine do not move each other's interval).
 
 A last-bit change of a probability therefore changes the drawn token only when the uniform lies within that change
-of an interval boundary (or a token sits exactly on the top-k / top-p border): about 1e-7 per token, against a few
-per cent per sample with `multinomial` when the logits differ. The model's logits themselves still differ in the
-last bits between CPUs (see docs/demo/README.md). Decoding goes through `model.generate` (greedy over the one token
-the processor leaves), so prompts are encoded, padded and stopped exactly as `distmatch-eval generate` does.
+of an interval boundary (or a token sits on the top-k / top-p border). The model's logits themselves still differ
+in the last bits between CPUs (see docs/demo/README.md). Decoding goes through `model.generate` (greedy over the one
+token the processor leaves), so prompts are encoded, padded and stopped as `distmatch-eval generate` does.
 """
 
 from __future__ import annotations

@@ -56,8 +56,7 @@ def test_draws_follow_the_probabilities() -> None:
 
 
 def test_a_last_bit_change_of_the_logits_does_not_change_the_draws() -> None:
-    """float32 logits that differ by one unit in the last place (what another CPU's kernels give): the same tokens.
-    torch.multinomial on the same probabilities, same generator seed, is the contrast: it is not asked to agree."""
+    """float32 logits that differ by one unit in the last place (what another CPU's kernels give): the same tokens."""
     gen = torch.Generator().manual_seed(1)
     logits = (torch.randn(2000, 500, generator=gen) * 4).float()
     nudged = torch.nextafter(logits, torch.full_like(logits, float("inf")))
