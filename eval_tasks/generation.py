@@ -1,7 +1,7 @@
 """Sampling K responses per prompt from a checkpoint: Hugging Face ``generate`` or vLLM.
 
-Shared by ``distmatch-eval generate`` and the demo: the same prompt encoding (the tokenizer's chat template when it
-has one), left padding and seeding, so both draw the same samples. The defaults are GEM's creative-writing settings
+Used by ``distmatch-eval generate``; the demo uses its prompt encoding (the tokenizer's chat template when it has
+one) and samples-file records, and draws with its own machine-independent sampler (examples/demo/demo_sampling.py). The defaults are GEM's creative-writing settings
 (:data:`GEM_GENERATION`). torch / transformers / vLLM are imported when a function needs them.
 """
 

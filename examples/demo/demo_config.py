@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,18 +41,18 @@ class DemoConfig:
     )
     max_length: int = 128
     eval_examples: int = 24  # held-out (prompt, reference) pairs scored for CE / entropy / top-1 probability
-    prompts: int = 6  # held-out prompts sampled from
-    samples: int = 8  # samples per prompt (K)
-    max_new_tokens: int = 40
+    prompts: int = 12  # held-out prompts sampled from
+    samples: int = 6  # samples per prompt (K)
+    max_new_tokens: int = 32
     temperature: float = 1.0
     top_k: int = 50
     top_p: float = 0.9
     seed: int = 42
     dtype: str = (
-        "auto"  # auto | float32 | bfloat16: training autocast and sampling (scoring is always float32)
+        "float32"  # float32 | bfloat16 | auto: training autocast and sampling (scoring is always float32)
     )
     device: str = "auto"
-    threads: int = 0  # torch CPU threads; 0: torch's default (one per core)
+    threads: int = 2  # torch CPU threads, fixed so that every machine splits the work alike; 0: one per core
     gen_batch: int = 4  # prompts per generate call (each x K sequences)
     include_base: bool = True
     train_file: Path = DATA_DIR / "creative_sft.jsonl"
@@ -205,17 +206,17 @@ def build_parser() -> argparse.ArgumentParser:
         "lora_layers": "adapters on the top N decoder layers (default 8; 0 = all)",
         "max_length": "training / scoring sequence length in tokens (default 128)",
         "eval_examples": "held-out (prompt, reference) pairs scored (default 24)",
-        "prompts": "held-out prompts sampled (default 6)",
-        "samples": "samples per prompt, >= 2 (default 8)",
-        "max_new_tokens": "tokens per sample (default 40)",
+        "prompts": "held-out prompts sampled (default 12)",
+        "samples": "samples per prompt, >= 2 (default 6)",
+        "max_new_tokens": "tokens per sample (default 32)",
         "temperature": "sampling temperature (default 1.0, GEM's)",
         "top_k": "top-k sampling (default 50, GEM's; 0 = off)",
         "top_p": "nucleus sampling (default 0.9, GEM's)",
         "seed": "seed of LoRA init, data order and sampling (default 42)",
-        "dtype": "auto | float32 | bfloat16: training autocast and sampling dtype (scoring is float32); auto = "
-        "bfloat16 on CPUs with AVX512-BF16/AMX and on bf16 GPUs",
+        "dtype": "float32 | bfloat16 | auto: training autocast and sampling dtype (default float32, the same numbers "
+        "on every machine; scoring is float32); auto = bfloat16 on CPUs with AVX512-BF16/AMX and on bf16 GPUs",
         "device": "auto | cpu | cuda (default auto)",
-        "threads": "torch CPU threads (default 0 = one per core)",
+        "threads": "torch CPU threads (default 2 on every machine; 0 = one per core)",
         "gen_batch": "prompts per generate call (default 4)",
         "base": "also evaluate the base model (default 1)",
         "train_file": "training JSONL (prompt, completion)",
@@ -229,6 +230,44 @@ def build_parser() -> argparse.ArgumentParser:
         flag = variable.removeprefix("DEMO_").lower()
         parser.add_argument("--" + flag.replace("_", "-"), dest=flag, metavar=variable, help=helps.get(flag))
     return parser
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The machine
+
+#: CPU flags that change the demo's arithmetic: bfloat16 / AMX matrix units (DEMO_DTYPE=auto) and the vector width
+NUMERIC_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2", "fma")
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def cpu_flags() -> set[str]:
+    """The flags of the first CPU in /proc/cpuinfo (empty where there is none)."""
+    for line in _cpuinfo().splitlines():
+        if line.startswith(("flags", "Features")) and ":" in line:
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_description() -> str:
+    """`AMD EPYC; avx2, fma; no avx512f, ...`: the CPU model and the flags of NUMERIC_FLAGS it has and lacks."""
+    model = next(
+        (line.split(":", 1)[1].strip() for line in _cpuinfo().splitlines() if line.startswith("model name")),
+        platform.processor() or platform.machine(),
+    )
+    flags = cpu_flags()
+    has = [f for f in NUMERIC_FLAGS if f in flags]
+    lacks = [f for f in NUMERIC_FLAGS if f not in flags]
+    return (
+        f"{model}; "
+        + ", ".join(has or ["none of " + "/".join(NUMERIC_FLAGS)])
+        + ("; no " + ", ".join(lacks) if lacks and has else "")
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------

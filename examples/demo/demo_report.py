@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from demo_config import BASE_RUN, DemoConfig
+from demo_sampling import SAMPLER
 from demo_score import METRIC_SHORT
 
 from eval_tasks.metrics import paired_differences
@@ -98,10 +99,19 @@ def differences(results: Sequence[Mapping[str, Any]], reference: str = "ce") -> 
         ]
         keys = [key for key in DIVERSITY_METRICS if key in r["diversity"]]
         for key, (mean, se) in paired_differences(r["per_prompt"], ref["per_prompt"], keys).items():
-            flag = "" if math.isnan(se) else (" (> 2 s.e.)" if abs(mean) > 2 * se else " (within 2 s.e.)")
+            flag = "" if math.isnan(se) else f" ({verdict(mean, se)})"
             parts.append(f"{METRIC_SHORT[key]} {mean:+.1f} ± {se:.1f}{flag}")
         lines.append(f"- **{r['name']} vs {reference}**: " + "; ".join(parts))
     return lines
+
+
+#: how a paired difference is worded: clear only beyond two standard errors
+CLEAR, NOT_CLEAR = "clear: beyond 2 s.e.", "not clear: within 2 s.e."
+
+
+def verdict(mean: float, se: float) -> str:
+    """`clear: beyond 2 s.e.` when |mean| > 2 * se, else `not clear: within 2 s.e.`."""
+    return CLEAR if abs(mean) > 2 * se else NOT_CLEAR
 
 
 def _excerpt(text: str, limit: int = 160) -> str:
@@ -131,7 +141,7 @@ def _settings_rows(cfg: DemoConfig, env: Mapping[str, Any]) -> list[tuple[str, s
          "(CE / perplexity / entropy / top-1 probability over the answer tokens)"),
         ("sampling", f"first {min(cfg.prompts, env['heldout_examples'])} held-out prompts x {cfg.samples} samples, "
          f"temperature {cfg.temperature}, top-k {cfg.top_k}, top-p {cfg.top_p}, at most {cfg.max_new_tokens} new tokens, "
-         "chat template"),
+         f"chat template; {SAMPLER}"),
         ("diversity", "n-gram (distinct 1-3), Self-BLEU (all other samples as references), Sentence-BERT ("
          f"{env['sbert']}); response only; mean ± standard error over prompts"),
         ("seed", f"{cfg.seed} (LoRA initialisation, data order, sampling: the same for every loss)"),
@@ -205,9 +215,11 @@ def write_report(
         lines += [
             "### Differences against CE",
             "",
-            "Diversity differences are paired per prompt (same prompts, same sampling seeds); '> 2 s.e.' marks a "
-            "difference larger than twice its standard error over prompts — with this few prompts, a hint, not a "
-            "test. One seed only: seed-to-seed variation is not measured.",
+            "Diversity differences are paired per prompt (same prompts, same sampling random numbers), mean ± "
+            "standard error over prompts; a difference is called clear only when it is larger than twice its "
+            "standard error, otherwise not clear. Perplexity and entropy are one number per run (no standard "
+            "error). One seed: `DEMO_SEED` reruns with another; docs/demo/README.md shows the spread over the seeds "
+            "and machines tried.",
             "",
             *diffs,
             "",
@@ -266,7 +278,7 @@ def write_report(
         *table(["stage", "wall time"], [(k, format_duration(v)) for k, v in timings.items()]),
         "",
         f"Load average (1 min) at start {env['load_start']:.2f}, at the end {env['load_end']:.2f}, on {env['cpus']} "
-        f"CPU cores ({env['platform']}). Reproduce: `{env['command']}`.",
+        f"CPU cores. CPU: {env['cpu']}; torch kernels: {env['aten_cpu_capability']}. Reproduce: `{env['command']}`.",
         "",
     ]
     report_md = out / "report.md"

@@ -1,6 +1,6 @@
 """The demo's scoring of one model, all with `distmatch-eval`'s pieces: held-out CE / perplexity / entropy / top-1
-probability (`eval_tasks.results.nexttoken_result`), K samples per held-out prompt (`eval_tasks.generation`) and
-their diversity (`eval_tasks.results.diversity_result`, mean ± standard error over prompts from
+probability (`eval_tasks.results.nexttoken_result`), K samples per held-out prompt (`eval_tasks.generation`'s prompt
+encoding, drawn by the demo's machine-independent sampler, `demo_sampling`) and their diversity (`eval_tasks.results.diversity_result`, mean ± standard error over prompts from
 `eval_tasks.metrics.mean_se`); the run's nexttoken.json / samples.jsonl / diversity.json as `distmatch-eval` writes
 them."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from demo_config import DemoConfig, Log, progress_bar
+from demo_sampling import SAMPLER, sample_batch
 from demo_train import compute_dtype, resolve_device
 
 from eval_tasks.metrics import mean_se
@@ -26,9 +27,10 @@ METRIC_SHORT = {key: SHORT_TITLES[key] for key in DIVERSITY_METRICS}
 def generate_samples(
     model: Any, tokenizer: Any, prompts: Sequence[Mapping[str, Any]], cfg: DemoConfig, desc: str
 ) -> list[dict[str, Any]]:
-    """K samples per prompt with `distmatch-eval generate`'s HF path (eval_tasks.generation: same prompt encoding,
-    padding, seeding)."""
+    """K samples per prompt: `distmatch-eval generate`'s prompt encoding and samples-file records
+    (eval_tasks.generation), drawn by the demo's machine-independent sampler (demo_sampling)."""
     from eval_tasks import generation as G
+    from eval_tasks.samples import prompt_text
 
     sampling = G.Sampling(
         num_samples=cfg.samples,
@@ -46,14 +48,35 @@ def generate_samples(
         prompts_file=str(cfg.heldout_file),
         num_prompts_in_file=len(prompts),
     )
+    meta = {**meta, "sampler": SAMPLER}
     encoded = G.encode_prompts(tokenizer, [{"id": p["id"], "prompt": p["prompt"]} for p in prompts])
     rows: list[dict[str, Any]] = []
     bar = progress_bar(len(prompts) * cfg.samples, f"sample {desc}", cfg.progress, unit="sample")
-    for batch in G.generate_batches(
-        encoded, sampling, meta, model=model, tokenizer=tokenizer, batch_size=cfg.gen_batch
-    ):
-        rows += batch
-        bar.update(len(batch) * cfg.samples)
+    for start in range(0, len(encoded), cfg.gen_batch):
+        chunk = encoded[start : start + cfg.gen_batch]
+        samples = sample_batch(
+            model,
+            tokenizer,
+            [e.ids for e in chunk],
+            list(range(start, start + len(chunk))),
+            num_samples=cfg.samples,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens,
+            seed=cfg.seed,
+        )
+        for e, outs in zip(chunk, samples):
+            rows.append(
+                {
+                    "id": e.record["id"],
+                    "prompt": prompt_text(e.record),
+                    "input_text": e.text,
+                    "samples": outs,
+                    "meta": {**meta, "chat_template": e.chat},
+                }
+            )
+        bar.update(len(chunk) * cfg.samples)
     bar.close()
     return rows
 

@@ -16,7 +16,8 @@ Steps (all offline, CPU by default; every knob is an environment variable or a f
 
 The demo's modules (next to this file, imported as top-level modules: the script's folder is on `sys.path`):
 demo_config (settings, error, log), demo_model (SmolLM2 GGUF -> cached HF folder), demo_train (data, fine-tuning),
-demo_score (scoring and sampling with `distmatch-eval`'s pieces), demo_report (tables, report.md, plots); this file
+demo_score (scoring and sampling with `distmatch-eval`'s pieces), demo_sampling (the sampler whose draws do not
+depend on the machine), demo_report (tables, report.md, plots); this file
 runs the pipeline.
 
     .venv/bin/python examples/demo/run_demo.py                          # what `make demo` runs
@@ -41,7 +42,17 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:  # loaded by its path (tests, benchmarks): its sibling modules must import
     sys.path.insert(0, _HERE)
 
-from demo_config import BASE_RUN, DATA_DIR, ENV_VARIABLES, DemoConfig, DemoError, Log, config_from  # noqa: E402
+from demo_config import (  # noqa: E402
+    BASE_RUN,
+    DATA_DIR,
+    ENV_VARIABLES,
+    DemoConfig,
+    DemoError,
+    Log,
+    config_from,
+    cpu_description,
+    cpu_flags,
+)
 from demo_model import SMOLLM2_GGUF, ensure_smollm2, resolve_model, smollm2_package_dir  # noqa: E402
 from demo_report import differences, format_duration, format_table, make_plots, table_rows, write_report  # noqa: E402
 from demo_score import evaluate  # noqa: E402
@@ -91,6 +102,19 @@ def run_demo(cfg: DemoConfig, *, command: str = "make demo", log: Log | None = N
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)  # restored below: tests run the demo in-process
+    try:
+        return _run(cfg, command, log, started, load_start, timings)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def _run(
+    cfg: DemoConfig, command: str, log: Log, started: float, load_start: float, timings: dict[str, float]
+) -> dict[str, Any]:
+    import torch
+
     device = resolve_device(cfg)
     dtype = compute_dtype(cfg, device)
     log(
@@ -158,6 +182,8 @@ def run_demo(cfg: DemoConfig, *, command: str = "make demo", log: Log | None = N
         "versions": _versions(),
         "cpus": os.cpu_count(),
         "platform": platform.processor() or platform.machine(),
+        "cpu": cpu_description(),
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "load_start": load_start,
         "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "command": command,
@@ -195,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Read when torch loads OpenMP: threads that spin while they wait are very slow on a shared CPU (2 cores,
         # load ~6: a SmolLM2-135M forward of 8 x 80 tokens took 17-23 s with the default policy, 5 s with PASSIVE).
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # torch's own kernels (softmax, reductions, element-wise) in their AVX2 versions on every x86 CPU that has
+        # AVX2, so an AVX-512 CPU sums in the same order as an AVX2 one (MKL's matrix products are not pinned).
+        if "avx2" in cpu_flags():
+            os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
     try:
         cfg = config_from(os.environ, argv)
         _quiet_libraries()

@@ -1,4 +1,4 @@
-"""The two benchmark scripts run end to end on tiny inputs (the harness, not the numbers: those go in docs/benchmarks.md).
+"""The benchmark scripts run end to end on tiny inputs (the harness, not the numbers: those go in docs/benchmarks.md).
 
 Each is a real run in subprocesses: the loss benchmark at its `tiny` shape, the training benchmark through TRL's
 real trainer on a tiny Llama built in code with the demo's bundled data.
@@ -112,3 +112,17 @@ def test_sharded_loss_benchmark_harness(tmp_path):
     # Same model and batches on every setup and path: rank 0's loss value agrees (rank 1 has other tokens).
     values = [r["ranks"][0]["loss_value"] for r in rows.values()]
     assert max(values) - min(values) < 1e-5 * abs(values[0])
+
+
+def test_demo_sampler_benchmark_harness(tmp_path):
+    """bench_demo_sampler.py on a tiny Llama: two interpreters with different torch kernels, the table printed, and
+    the demo's sampler drew the same samples in both."""
+    model = build_tiny_llama(tmp_path / "model")
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/bench_demo_sampler.py", "--model", str(model), "--prompts", "2", "--samples", "2",
+         "--tokens", "4"],
+        capture_output=True, text=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}, cwd=REPO_ROOT, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "torch kernels: AVX2 vs DEFAULT" in proc.stdout
+    assert "| demo | 4 / 4 |" in proc.stdout and "| hf | " in proc.stdout

@@ -176,7 +176,13 @@ def test_main_prints_one_line_and_exits_2(capsys: pytest.CaptureFixture[str], mo
 
 def test_defaults_environment_and_flags() -> None:
     cfg = demo_config.config_from({}, [])
-    assert cfg.losses == ("ce", "gem_ls", "emo") and cfg.samples >= 8 and cfg.model is None
+    assert cfg.losses == ("ce", "gem_ls", "emo") and cfg.model is None
+    assert (cfg.prompts, cfg.samples, cfg.dtype, cfg.threads) == (
+        12,
+        6,
+        "float32",
+        2,
+    )  # the same on every machine
     cfg = demo_config.config_from(
         {"DEMO_STEPS": "5", "DEMO_LOSSES": "gem_ls, ce", "DEMO_SAMPLES": "16"}, ["--steps", "7"]
     )
