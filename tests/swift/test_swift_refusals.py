@@ -138,3 +138,9 @@ def test_loss_call_matches_the_closed_form_with_loss_scale(tmp_path: Path) -> No
     assert got.item() == pytest.approx(expected.item(), rel=1e-5)
     got.backward()
     assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.abs().sum() > 0
+
+
+def test_bad_options_are_refused_when_the_plugin_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(OPTIONS_ENV, '{"gem_bta": 0.5}')
+    with pytest.raises(DistMatchConfigError, match="names unknown option\\(s\\) gem_bta"):
+        register()
