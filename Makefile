@@ -100,7 +100,8 @@ help:
 	@echo "make test-core|test-axolotl|test-axolotl-latest|test-opencompass   one venv's tests"
 	@echo "make dist         build the wheel + sdist into dist/, check them, smoke-test the wheel in a clean venv"
 	@echo "make mutants      mutation check: every wrong change in tools/mutants/*.toml must fail its tests (slow)"
-	@echo "make clean-venvs  delete the four venvs;  make clean  delete caches and build outputs"
+	@echo "make test-swift   the ms-swift plugin tests in .venv-swift (built on first use; not part of make test)"
+	@echo "make clean-venvs  delete the venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
 	@echo "           PYTHON_LATEST=$(PYTHON_LATEST) TORCH_SPEC_LATEST=$(TORCH_SPEC_LATEST)"
 	@echo "make test SKIP_MULTIPROCESS=1   skip the 2-process DeepSpeed / DDP tests locally (CI always runs them)"
@@ -213,12 +214,12 @@ $(VENV_OC): $(OC_STAMP)
 venvs: $(CORE_STAMP) $(AXO_STAMP) $(AXO_LATEST_STAMP) $(OC_STAMP)
 
 clean-venvs:
-	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC)
+	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo_out
 	find . -path ./$(VENV) -prune -o -path ./$(VENV_AXOLOTL) -prune -o -path ./$(VENV_OC) -prune -o \
-		-path ./$(VENV_AXOLOTL_LATEST) -prune -o \
+		-path ./$(VENV_AXOLOTL_LATEST) -prune -o -path ./$(VENV_SWIFT) -prune -o \
 		-name __pycache__ -type d -prune -exec rm -rf {} +
 
 # ---------------------------------------------------------------------------------------------------------
@@ -269,7 +270,7 @@ test-opencompass: $(OC_STAMP)
 
 # The ms-swift plugin (swift_distmatch/) in its own venv, built on first use; not a step of `make test` (docs/swift.md).
 test-swift: $(SWIFT_STAMP)
-	$(call pytest_run,$(VENV_SWIFT),swift_env)
+	$(call pytest_run,$(VENV_SWIFT),swift_env,tests/swift)
 
 # Mutation check for developers (not part of `make test`): each wrong change listed in tools/mutants/*.toml is applied
 # to a scratch copy and the tests that must catch it run there; prints a table, fails unless all are caught.
