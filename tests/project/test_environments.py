@@ -138,6 +138,7 @@ def test_the_torch_matrix_of_the_docs_is_what_the_venvs_install() -> None:
         "`.venv-axolotl`": AXOLOTL_VENV_PINS["0.19.0"]["torch"],
         "`.venv-axolotl-latest`": latest,
         "`.venv-opencompass`": spec,
+        "`.venv-swift`": spec,
         "`make dist`'s clean venv": spec,
     }, rows
     assert AXOLOTL_VENV_PINS["0.21.0"]["torch"] == latest

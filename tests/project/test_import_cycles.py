@@ -12,9 +12,16 @@ from pathlib import Path
 from tests.helpers.env import REPO_ROOT
 
 REPO = REPO_ROOT
-PACKAGES = ("distmatch", "trl_ext", "axolotl_distmatch", "eval_tasks", "distmatch_hooks")
+PACKAGES = ("distmatch", "trl_ext", "axolotl_distmatch", "eval_tasks", "swift_distmatch", "distmatch_hooks")
 #: Each package's layer (docs/development.md): a module may import its own layer's package and lower layers only.
-LAYERS = {"distmatch": 0, "trl_ext": 1, "axolotl_distmatch": 2, "eval_tasks": 2, "distmatch_hooks": 3}
+LAYERS = {
+    "distmatch": 0,
+    "trl_ext": 1,
+    "axolotl_distmatch": 2,
+    "eval_tasks": 2,
+    "swift_distmatch": 2,
+    "distmatch_hooks": 3,
+}
 
 
 def _module_name(path: Path) -> str:

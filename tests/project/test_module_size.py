@@ -12,9 +12,9 @@ from tests.helpers.env import REPO_ROOT
 
 MAX_LINES = 600
 REPO = REPO_ROOT
-PACKAGES = ("trl_ext", "axolotl_distmatch", "eval_tasks")
+PACKAGES = ("trl_ext", "axolotl_distmatch", "eval_tasks", "swift_distmatch")
 #: the folders whose files must be found (the walk below is not allowed to miss a whole area)
-AREAS = ("distmatch", "trl_ext", "axolotl_distmatch", "eval_tasks", "distmatch_hooks", "tests", "examples",
+AREAS = ("distmatch", "trl_ext", "axolotl_distmatch", "eval_tasks", "swift_distmatch", "distmatch_hooks", "tests", "examples",
          "benchmarks", "tools")  # fmt: skip
 #: never walked: virtual environments and other hidden folders, caches, build and run outputs
 SKIPPED_DIRS = {"__pycache__", "build", "dist", "node_modules", "demo_out"}

@@ -1,0 +1,1 @@
+"""The ms-swift plugin (swift_distmatch), in .venv-swift (marker swift_env)."""
