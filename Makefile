@@ -93,14 +93,14 @@ NOT_ENV_MARKED := not axolotl_env and not opencompass_env and not swift_env
 
 help:
 	@echo "make demo         fine-tune SmolLM2-135M with ce / gem_ls / emo and compare them (creates .venv on first use)"
-	@echo "make test         lint + the whole test suite in all four venvs (creates them on first use)"
-	@echo "make venvs        create/update .venv, .venv-axolotl, .venv-axolotl-latest, .venv-opencompass"
+	@echo "make test         lint + the release check + the whole test suite in all five venvs (creates them on first use)"
+	@echo "make venvs        create/update .venv, .venv-axolotl, .venv-axolotl-latest, .venv-opencompass, .venv-swift"
 	@echo "make lint|format  ruff check + format check + generated files check | ruff fix + format"
 	@echo "make generate     rewrite what tools/generate.py derives from the loss specs and the NLU task table"
 	@echo "make test-core|test-axolotl|test-axolotl-latest|test-opencompass   one venv's tests"
 	@echo "make dist         build the wheel + sdist into dist/, check them, smoke-test the wheel in a clean venv"
 	@echo "make mutants      mutation check: every wrong change in tools/mutants/*.toml must fail its tests (slow)"
-	@echo "make test-swift   the ms-swift plugin tests in .venv-swift (built on first use; not part of make test)"
+	@echo "make test-swift   the ms-swift plugin tests in .venv-swift (built on first use; a step of make test)"
 	@echo "make clean-venvs  delete the venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
 	@echo "           PYTHON_LATEST=$(PYTHON_LATEST) TORCH_SPEC_LATEST=$(TORCH_SPEC_LATEST)"
@@ -195,7 +195,7 @@ $(OC_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_OC)/.torch-spec
 	$(call venv_report,$(VENV_OC),opencompass torch transformers numpy pyarrow datasets sentence-transformers,$(OC_PIP_CHECK_OK))
 	@touch $@
 
-# ms-swift (not in `make venvs`: built by `make test-swift` only, docs/swift.md). distmatch with --no-deps: its
+# ms-swift (docs/swift.md). distmatch with --no-deps: its
 # declared trl>=1.9 cannot resolve beside ms-swift's trl<1.0, and the plugin needs only torch from it.
 $(SWIFT_STAMP): pyproject.toml $(VENV_SWIFT)/.torch-spec
 	$(call venv_base,$(VENV_SWIFT),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
@@ -211,7 +211,7 @@ $(VENV_SWIFT): $(SWIFT_STAMP)
 $(VENV_AXOLOTL): $(AXO_STAMP)
 $(VENV_AXOLOTL_LATEST): $(AXO_LATEST_STAMP)
 $(VENV_OC): $(OC_STAMP)
-venvs: $(CORE_STAMP) $(AXO_STAMP) $(AXO_LATEST_STAMP) $(OC_STAMP)
+venvs: $(CORE_STAMP) $(AXO_STAMP) $(AXO_LATEST_STAMP) $(OC_STAMP) $(SWIFT_STAMP)
 
 clean-venvs:
 	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT)
@@ -268,7 +268,7 @@ test-axolotl-latest: $(AXO_LATEST_STAMP)
 test-opencompass: $(OC_STAMP)
 	$(call pytest_run,$(VENV_OC),opencompass_env)
 
-# The ms-swift plugin (swift_distmatch/) in its own venv, built on first use; not a step of `make test` (docs/swift.md).
+# The ms-swift plugin (swift_distmatch/) in its own venv, built on first use; the last step of `make test` (docs/swift.md).
 test-swift: $(SWIFT_STAMP)
 	$(call pytest_run,$(VENV_SWIFT),swift_env,tests/swift)
 
@@ -291,7 +291,7 @@ dist: $(CORE_STAMP) $(AXO_STAMP)
 # runs even if an earlier one failed, and the target fails if any did.
 test: venvs
 	@failed=""; \
-	for step in lint dist test-core test-axolotl test-axolotl-latest test-opencompass; do \
+	for step in lint dist test-core test-axolotl test-axolotl-latest test-opencompass test-swift; do \
 		$(MAKE) --no-print-directory $$step || failed="$$failed $$step"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "==> make test FAILED:$$failed"; exit 1; fi; \
