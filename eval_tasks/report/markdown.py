@@ -159,15 +159,17 @@ def best_of_n_section(
     lines: list[str] = []
     for key, title in _BON_TITLES.items():
         spec = P.benchmarks()[key]
-        task_of = {r.name: next((t for t in spec["lm_eval_tasks"] if t in r.lm_eval), None) for r in runs}
-        if not any(task_of.values()):
+        values = {}  # an lm-eval task's metrics, else a distmatch-eval voting / reward curve
+        for r in runs:
+            task = next((t for t in spec["lm_eval_tasks"] if t in r.lm_eval), None)
+            if task is not None:
+                values[r.name] = r.lm_eval[task]
+            elif key in r.curves:
+                values[r.name] = r.curves[key]["curve"]
+        if not values:
             continue
         metrics = spec["metrics"]
-        rows = [
-            [bold(r.name), *[r.lm_eval[task_of[r.name]].get(m) for m in metrics]]
-            for r in runs
-            if task_of[r.name]
-        ]
+        rows = [[bold(name), *[v.get(m) for m in metrics]] for name, v in values.items()]
         if pub:
             for p in P.published_rows(key, model_filter):
                 rows.append([p["label"], *[p["values"].get(m) for m in metrics]])
