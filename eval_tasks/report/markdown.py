@@ -172,6 +172,8 @@ def best_of_n_section(
         rows = [[bold(name), *[v.get(m) for m in metrics]] for name, v in values.items()]
         if pub:
             for p in P.published_rows(key, model_filter):
+                if not any(m in p["values"] for m in metrics):
+                    continue  # e.g. GEM's Figure 3 text: differences to CE, no value of these columns
                 rows.append([p["label"], *[p["values"].get(m) for m in metrics]])
                 used.add((p["paper"], p["table"]))
         lines += [f"### {title}", "", *table(["run", *metrics], rows), ""]

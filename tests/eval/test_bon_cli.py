@@ -197,6 +197,7 @@ def test_report_puts_a_run_beside_the_published_best_of_n_rows(tmp_path: Path) -
     assert "| 51.63 | 55.57 | 58.61 | 62.17 | 65.28 |" in rows["| CE · Llama-3-8B [GEM Table 5]"]
     assert "| 73.46 | 73.77 | 75.13 | 76.57 | 76.50 |" in rows["| CE · Llama-3-8B [GEM Table 7]"]
     assert "### Other lm-eval tasks" not in report  # shown once, in its own section
+    assert "Sec. 5.2 text" not in report  # Figure 3's differences to CE: no value of these columns, no row
 
 
 def test_report_plots_first_k_curves_beside_the_published_points(tmp_path: Path) -> None:
