@@ -236,7 +236,12 @@ FIRST_K_TITLES = {
     "bon": "coverage BON@k (%)",
     "reward_bon": "Reward BON@k",
     "win_rate_bon": "Win Rate BON@k (%)",
+    "humaneval": "HumanEval",
+    "mbpp_plus": "MBPP+",
+    "pass": "pass@k (%)",
 }
+#: the plotted benchmarks: those of the curve files, and the code tasks' pass@k (lm-eval results only)
+PLOT_FAMILIES = {**CURVE_FAMILIES, "humaneval": ("pass",), "mbpp_plus": ("pass",)}
 
 
 def _points(values: Mapping[str, float], family: str) -> list[list[float]]:
@@ -251,14 +256,15 @@ def _points(values: Mapping[str, float], family: str) -> list[list[float]]:
 def first_k_series(
     runs: list[RunData], *, published: bool = True, model_filter: str | None = None
 ) -> dict[str, dict[str, dict[str, dict[str, list[list[float]]]]]]:
-    """The data of the first-k plots: benchmark -> metric family -> ``{"runs": {name: [[k, value], ...]},
+    """The data of the first-k (and pass@k) plots: benchmark -> metric family -> ``{"runs": {name: [[k, value], ...]},
     "published": {row label: [[k, value], ...]}}``, points sorted by k.
 
     A run's curve is its ``distmatch-eval voting`` / ``reward`` output, else the ``@k`` metrics of its lm-eval task
-    of that benchmark; the published rows (GEM Tables 4, 5, 7, 8) are filtered by `model_filter` like the tables.
+    of that benchmark (HumanEval / MBPP+: pass@k); the published rows (GEM Tables 4-9) are filtered by
+    `model_filter` like the tables.
     """
     out: dict[str, dict[str, dict[str, dict[str, list[list[float]]]]]] = {}
-    for benchmark, families in CURVE_FAMILIES.items():
+    for benchmark, families in PLOT_FAMILIES.items():
         tasks = P.benchmarks()[benchmark]["lm_eval_tasks"]
         sources = {}
         for r in runs:
@@ -315,7 +321,7 @@ def first_k_plot(
         ax.set_xscale("log", base=2)
         ax.set_xticks(ticks)
         ax.set_xticklabels([str(k) for k in ticks])
-        ax.set_xlabel("k (first k samples per question, log2 scale)")
+        ax.set_xlabel("k samples per question (log2 scale)")
         ax.set_ylabel(FIRST_K_TITLES.get(family, family))
         ax.set_title(f"{FIRST_K_TITLES.get(benchmark, benchmark)}: {FIRST_K_TITLES.get(family, family)}")
         ax.grid(alpha=0.3)

@@ -265,3 +265,39 @@ def test_report_refuses_a_malformed_curve_in_one_line(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_report_puts_code_pass_at_k_beside_tables_6_and_9(tmp_path: Path) -> None:
+    """An lm-eval results file of distmatch_humaneval (pass@k already x100 by the task): the values as they are, GEM
+    Table 6 / 9 rows beside them, and the pass@k curve plotted against k with the published points."""
+    values = {"pass@1": 8.33, "pass@10": 83.33, "pass@20": 100.0}
+    results = {
+        "results": {
+            "distmatch_humaneval": {
+                "name": "distmatch_humaneval",
+                **{f"{m},none": v for m, v in values.items()},
+            }
+        },
+        "configs": {"distmatch_humaneval": {"task": "distmatch_humaneval", "metadata": {"code_samples": 20}}},
+        "config": {"model": "hf", "model_args": "pretrained=x"},
+    }
+    path = tmp_path / "results_2026-01-01T00-00-00.json"
+    path.write_text(json.dumps(results))
+    out = tmp_path / "report"
+    assert cli.main(["report", "--run", f"mine={path}", "-o", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    section = report.split("### HumanEval pass@k (GEM Tables 6, 9; %)", 1)[1].split("\n\n", 2)[1]
+    rows = {line.split(" | ")[0]: line for line in section.splitlines()}
+    assert section.startswith("| run | pass@10 | pass@20 | pass@50 | pass@100 |")
+    assert rows["| **mine**"] == "| **mine** | 83.33 | 100.00 | – | – |"  # not x100 again
+    assert set(rows) >= {"| CE · Llama-3-8B [GEM Table 6]", "| GEM-LS · Llama-3-8B [GEM Table 9]"}
+    assert "Sec. 5.2 text" not in report and "### Other lm-eval tasks" not in report
+    drawn = json.loads((out / "report.json").read_text())["first_k_curves"]["humaneval"]["pass"]
+    assert drawn["runs"] == {"mine": [[1, 8.33], [10, 83.33], [20, 100.0]]}
+    assert drawn["published"]["CE · Llama-3-8B [GEM Table 9]"] == [
+        [10, 58.71],
+        [20, 61.5],
+        [50, 64.18],
+        [100, 65.86],
+    ]
+    assert (out / "first_k_humaneval.png").read_bytes()[:4] == b"\x89PNG"
