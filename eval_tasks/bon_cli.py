@@ -11,6 +11,9 @@ Inputs: an lm-eval samples file of ``distmatch_gsm8k`` / ``distmatch_math`` / ``
 (``--log_samples``: ``doc`` and ``filtered_resps``), or a ``distmatch-eval generate`` JSONL (``prompt``,
 ``samples``) with the gold answer (``gold``; GSM8K ``answer`` with "#### n"; MATH ``solution``) or the reference
 (``reference``, or ``--references`` = the alpaca_eval repository's ``model_outputs.json``, matched by instruction).
+
+The output JSON (``kind``: ``distmatch.voting`` / ``distmatch.reward``; ``task``: the published benchmark id, ``curve``:
+metric@k -> value) is read by ``distmatch-eval report``, which plots the curves beside GEM's published points.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ def cmd_voting(args: argparse.Namespace) -> int:
     curve = voting_curve(records, args.task, args.math_checker, args.samples)
     n = len(records[0]["samples"])
     result = {
+        "kind": "distmatch.voting",
         "task": args.task,
         "samples_file": str(args.samples),
         "num_questions": len(records),
@@ -151,6 +155,8 @@ def cmd_reward(args: argparse.Namespace) -> int:
     elif any(x is not None for x in refs):
         raise InputError(f"{args.samples}: some records have a reference output and some do not.")
     result = {
+        "kind": "distmatch.reward",
+        "task": "alpacaeval_bon",
         "samples_file": str(args.samples),
         "reward_model": args.reward_model,
         "num_questions": len(records),

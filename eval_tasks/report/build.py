@@ -20,7 +20,15 @@ from eval_tasks.report.markdown import (
     training_section,
     training_summary,
 )
-from eval_tasks.report.plots import accuracy_plot, diversity_plot, nexttoken_plot, training_plot
+from eval_tasks.report.plots import (
+    FIRST_K_TITLES,
+    accuracy_plot,
+    diversity_plot,
+    first_k_plot,
+    first_k_series,
+    nexttoken_plot,
+    training_plot,
+)
 
 __all__ = ["build_report"]
 
@@ -50,10 +58,17 @@ def build_report(
         "next_token": nexttoken_plot(runs, out_dir),
         "training": training_plot(runs, out_dir),
     }
+    curves = first_k_series(runs, published=published, model_filter=published_model)
+    drawn = {}  # the first-k data as plotted (read back from the figures' lines)
+    for benchmark, panels in curves.items():
+        plots[f"first_k_{benchmark}"], drawn[benchmark] = first_k_plot(benchmark, panels, out_dir)
     if accuracy:
         body += ["## Accuracy (lm-eval)", "", *accuracy]
         if plots["accuracy"]:
             body += ["![Accuracy per task](accuracy.png)", ""]
+    if curves:
+        body += ["### First-k curves (cf. GEM Figure 2)", ""]
+        body += [f"![First-k curves: {FIRST_K_TITLES[b]}](first_k_{b}.png)" for b in curves] + [""]
     diversity = diversity_section(runs, published, published_model, used)
     if diversity:
         body += diversity + (["![Diversity per metric](diversity.png)", ""] if plots["diversity"] else [])
@@ -107,10 +122,12 @@ def build_report(
                         "diversity": r.diversity,
                         "nexttoken": [{k: v for k, v in e.items()} for e in r.nexttoken],
                         "training": training_summary(r.training) if r.training else None,
+                        "curves": r.curves,
                     }
                     for r in runs
                 ],
                 "published_tables_shown": sorted(f"{p} - {t}" for p, t in used),
+                "first_k_curves": drawn,
                 "plots": {k: v.name for k, v in plots.items() if v},
             },
             indent=2,

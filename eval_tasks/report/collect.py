@@ -32,9 +32,12 @@ class RunData:
     diversity: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark/label -> entry
     nexttoken: list[dict[str, Any]] = field(default_factory=list)
     training: dict[str, Any] | None = None
+    #: benchmark (gsm8k, math, alpacaeval_bon) -> {"curve": metric@k -> value, "source": path} of a
+    #: ``distmatch-eval voting`` / ``reward`` output
+    curves: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
-        return not (self.lm_eval or self.diversity or self.nexttoken or self.training)
+        return not (self.lm_eval or self.diversity or self.nexttoken or self.training or self.curves)
 
 
 def parse_run_specs(specs: Sequence[str]) -> dict[str, list[Path]]:
@@ -63,6 +66,8 @@ def _kind(data: Any) -> str | None:
         return None
     if data.get("kind") in ("distmatch.diversity", "distmatch.nexttoken"):
         return data["kind"].split(".")[1]
+    if data.get("kind") in ("distmatch.voting", "distmatch.reward"):
+        return "curve"
     if isinstance(data.get("log_history"), list):
         return "training"
     if isinstance(data.get("results"), dict) and any(
@@ -102,8 +107,8 @@ def collect_run(name: str, paths: Sequence[Path]) -> RunData:
             if kind is None:
                 if explicit:
                     raise ReportError(
-                        f"{path}: not an lm-eval results file, a distmatch-eval diversity/nexttoken JSON or a "
-                        "trainer_state.json."
+                        f"{path}: not an lm-eval results file, a distmatch-eval diversity/nexttoken/voting/reward "
+                        "JSON or a trainer_state.json."
                     )
                 continue
             if kind == "lm_eval":
@@ -113,6 +118,8 @@ def collect_run(name: str, paths: Sequence[Path]) -> RunData:
             elif kind == "nexttoken":
                 run.nexttoken.append({**data, "source": str(path)})
                 run.sources.append(str(path))
+            elif kind == "curve":
+                _add_curve(run, path, data)
             elif kind == "training":
                 trainer_states.append((int(data.get("global_step") or 0), path, data))
         for _, path, data in sorted(lm_eval_files, key=lambda item: item[0]):  # later runs override
@@ -182,6 +189,38 @@ def _add_lm_eval(run: RunData, path: Path, data: dict[str, Any]) -> None:
             run.lm_eval[task] = metrics
             if check is not None:
                 run.lm_eval_protocol[task] = check
+
+
+#: the benchmarks a ``distmatch-eval voting`` / ``reward`` curve may belong to, and their metric families
+CURVE_FAMILIES = {
+    "gsm8k": ("mv", "bon"),
+    "math": ("mv", "bon"),
+    "alpacaeval_bon": ("reward_bon", "win_rate_bon"),
+}
+
+
+def _add_curve(run: RunData, path: Path, data: dict[str, Any]) -> None:
+    benchmark, curve = data.get("task"), data.get("curve")
+    if benchmark not in CURVE_FAMILIES:
+        raise ReportError(f"{path}: task must be one of {', '.join(CURVE_FAMILIES)}, got {benchmark!r}.")
+    families = CURVE_FAMILIES[benchmark]
+    ok = isinstance(curve, dict) and bool(curve)
+    for key, value in (curve or {}).items() if ok else ():
+        family, at, k = str(key).rpartition("@")
+        if not (at and family in families and k.isdigit() and int(k) >= 1) or isinstance(value, bool):
+            ok = False
+        elif not isinstance(value, (int, float)):
+            ok = False
+    if not ok:
+        raise ReportError(
+            f"{path}: curve must map {'@k / '.join(families)}@k (k >= 1) to numbers, as distmatch-eval writes it."
+        )
+    if benchmark in run.curves:
+        raise ReportError(
+            f"run {run.name!r}: two {benchmark} curves ({run.curves[benchmark]['source']}, {path}); give one per run."
+        )
+    run.curves[benchmark] = {"curve": {str(k): float(v) for k, v in curve.items()}, "source": str(path)}
+    run.sources.append(str(path))
 
 
 def _protocol_label(data: dict[str, Any]) -> str:

@@ -21,9 +21,9 @@ __all__ = [
 #: the diversity columns of the report: the per-prompt diversity metrics, then MAUVE
 DIVERSITY_METRICS = REPORTED_METRICS
 #: lm-eval metrics that are not fractions in [0, 1] (everything else is shown x100, as the papers do)
-#: The best-of-n / voting tasks report percent (mv@k, bon@k, win_rate_bon@k) or raw rewards already.
+#: The best-of-n / voting / code tasks report percent (mv@k, bon@k, win_rate_bon@k, pass@k) or raw rewards already.
 BEST_OF_N_METRICS = frozenset(
-    {f"{m}@{k}" for m in ("mv", "bon", "reward_bon", "win_rate_bon") for k in range(1, 1025)}
+    {f"{m}@{k}" for m in ("mv", "bon", "reward_bon", "win_rate_bon", "pass") for k in range(1, 1025)}
     | {"no_answer", "reference_reward"}
 )
 NOT_FRACTIONS = frozenset(

@@ -1,5 +1,6 @@
 """The report's PNG plots (matplotlib, Agg backend): grouped bars per task / metric / probe token, training curves,
-and the perplexity-vs-diversity scatter of the demo."""
+first-k curves of the best-of-n / voting benchmarks (GEM Figure 2's shape), and the perplexity-vs-diversity scatter
+of the demo."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from typing import Any
 
 from distmatch.optional import require
 from eval_tasks import published as P
-from eval_tasks.report.collect import RunData
+from eval_tasks.report.collect import CURVE_FAMILIES, RunData
 from eval_tasks.report.labels import DIVERSITY_METRICS, METRIC_TITLES, NLU_ORDER, NLU_SHORT, probe_tokens
 
 __all__ = [
     "accuracy_plot",
     "diversity_plot",
+    "first_k_plot",
+    "first_k_series",
     "grouped_bars",
     "nexttoken_plot",
     "pyplot",
@@ -223,3 +226,105 @@ def quality_diversity_plot(
     axes[0][0].legend(fontsize=8)
     fig.suptitle("Held-out perplexity vs diversity of K samples per prompt")
     return save_figure(plt, fig, out / filename)
+
+
+FIRST_K_TITLES = {
+    "gsm8k": "GSM8K",
+    "math": "MATH",
+    "alpacaeval_bon": "AlpacaEval",
+    "mv": "majority voting MV@k (%)",
+    "bon": "coverage BON@k (%)",
+    "reward_bon": "Reward BON@k",
+    "win_rate_bon": "Win Rate BON@k (%)",
+    "humaneval": "HumanEval",
+    "mbpp_plus": "MBPP+",
+    "pass": "pass@k (%)",
+}
+#: the plotted benchmarks: those of the curve files, and the code tasks' pass@k (lm-eval results only)
+PLOT_FAMILIES = {**CURVE_FAMILIES, "humaneval": ("pass",), "mbpp_plus": ("pass",)}
+
+
+def _points(values: Mapping[str, float], family: str) -> list[list[float]]:
+    pts = []
+    for key, value in values.items():
+        fam, _, k = key.rpartition("@")
+        if fam == family and k.isdigit():
+            pts.append([int(k), float(value)])
+    return sorted(pts)
+
+
+def first_k_series(
+    runs: list[RunData], *, published: bool = True, model_filter: str | None = None
+) -> dict[str, dict[str, dict[str, dict[str, list[list[float]]]]]]:
+    """The data of the first-k (and pass@k) plots: benchmark -> metric family -> ``{"runs": {name: [[k, value], ...]},
+    "published": {row label: [[k, value], ...]}}``, points sorted by k.
+
+    A run's curve is its ``distmatch-eval voting`` / ``reward`` output, else the ``@k`` metrics of its lm-eval task
+    of that benchmark (HumanEval / MBPP+: pass@k); the published rows (GEM Tables 4-9) are filtered by
+    `model_filter` like the tables.
+    """
+    out: dict[str, dict[str, dict[str, dict[str, list[list[float]]]]]] = {}
+    for benchmark, families in PLOT_FAMILIES.items():
+        tasks = P.benchmarks()[benchmark]["lm_eval_tasks"]
+        sources = {}
+        for r in runs:
+            if benchmark in r.curves:
+                sources[r.name] = r.curves[benchmark]["curve"]
+            else:
+                task = next((t for t in tasks if t in r.lm_eval), None)
+                if task is not None:
+                    sources[r.name] = r.lm_eval[task]
+        if not sources:
+            continue
+        rows = P.published_rows(benchmark, model_filter) if published else []
+        panels = {}
+        for family in families:
+            mine = {name: pts for name, values in sources.items() if (pts := _points(values, family))}
+            if mine:
+                pub = {p["label"]: pts for p in rows if (pts := _points(p["values"], family))}
+                panels[family] = {"runs": mine, "published": pub}
+        if panels:
+            out[benchmark] = panels
+    return out
+
+
+def first_k_plot(
+    benchmark: str, panels: Mapping[str, Mapping[str, Mapping[str, list[list[float]]]]], out: Path
+) -> tuple[Path, dict[str, dict[str, dict[str, list[list[float]]]]]]:
+    """One PNG per benchmark (``first_k_<benchmark>.png``), a panel per metric family: the runs as solid lines,
+    the published rows as dashed lines with markers, metric against k on a log2 axis (GEM Figure 2's shape).
+
+    Returns the path and the plotted data read back from the figure's lines, in :func:`first_k_series`' shape.
+    """
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 0.6, 4.2), squeeze=False)
+    drawn: dict[str, dict[str, dict[str, list[list[float]]]]] = {}
+    for ax, (family, panel) in zip(axes[0], panels.items()):
+        lines: dict[str, dict[str, Any]] = {"runs": {}, "published": {}}
+        for i, (name, pts) in enumerate(panel["runs"].items()):
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            (lines["runs"][name],) = ax.plot(xs, ys, "-o", color=f"C{i}", lw=2, ms=4, label=name)
+        offset = len(panel["runs"])
+        for j, (label, pts) in enumerate(panel["published"].items()):
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            style = {"color": f"C{offset + j}", "lw": 1, "alpha": 0.75, "label": label}
+            (lines["published"][label],) = ax.plot(xs, ys, "--x", **style)
+        drawn[family] = {
+            group: {
+                label: [[float(x), float(y)] for x, y in zip(line.get_xdata(), line.get_ydata())]
+                for label, line in group_lines.items()
+            }
+            for group, group_lines in lines.items()
+        }
+        ks = sorted({int(p[0]) for group in drawn[family].values() for pts in group.values() for p in pts})
+        ticks = [k for k in ks if k & (k - 1) == 0] or ks  # powers of two, as GEM's figure
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(k) for k in ticks])
+        ax.set_xlabel("k samples per question (log2 scale)")
+        ax.set_ylabel(FIRST_K_TITLES.get(family, family))
+        ax.set_title(f"{FIRST_K_TITLES.get(benchmark, benchmark)}: {FIRST_K_TITLES.get(family, family)}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle("First-k curves (solid: runs; dashed: GEM's published points)")
+    return save_figure(plt, fig, out / f"first_k_{benchmark}.png"), drawn

@@ -376,11 +376,38 @@ def test_example_config_passes_axolotl_validation_offline(monkeypatch, name) -> 
             "sequence_len": 512,
         },
         "tiny-cpu.yaml": {"loss": "gem_ls"},
+        # GEM Appendix D.2 / D.3: the UltraFeedback settings with 1,024 tokens and 8 rows x 2 accumulation steps
+        **{
+            f"llama3-8b-{data}-gem_ls.yaml": {
+                "loss": "gem_ls",
+                "gem_beta": 0.7,
+                "learning_rate": 2e-5,
+                "lr_scheduler": "cosine",
+                "warmup_ratio": 0.03,
+                "num_epochs": 3,
+                "sequence_len": 1024,
+                "sample_packing": False,
+                "micro_batch_size": 8,
+                "gradient_accumulation_steps": 2,
+            }
+            for data in ("metamathqa", "magicoder")
+        },
     }[name]
     assert {k: cfg[k] for k in expected} == expected
     if name.startswith("llama3"):
         assert cfg.micro_batch_size * cfg.gradient_accumulation_steps * 8 == 128  # 8 GPUs
         assert "zero2" in cfg.deepspeed
+    for data in (
+        "metamathqa",
+        "magicoder",
+    ):  # the chat JSONL that examples/reproduce/gem_domain_data.py writes
+        if data in name:
+            dataset = cfg.datasets[0]
+            assert (dataset["path"], dataset["type"], dataset["field_messages"]) == (
+                f"data/gem/{data}/train.jsonl",
+                "chat_template",
+                "messages",
+            )
     if name.startswith("llama-7b-alpaca"):
         assert cfg.micro_batch_size * cfg.gradient_accumulation_steps * 4 == 128  # 4 GPUs
         assert "zero3" in cfg.deepspeed

@@ -139,6 +139,13 @@ def test_reward_scores_samples_and_gpt4_references(
     ]
     assert cli.main(args) == 0
     result = json.loads(out.read_text())
+    report = tmp_path / "report"  # the reward curve in the report: one line per run, k = 1..3
+    assert cli.main(["report", "--run", f"rm={out}", "-o", str(report)]) == 0
+    drawn = json.loads((report / "report.json").read_text())["first_k_curves"]["alpacaeval_bon"]
+    assert (report / "first_k_alpacaeval_bon.png").stat().st_size > 0
+    for family in ("reward_bon", "win_rate_bon"):
+        assert drawn[family]["runs"] == {"rm": [[k, result["curve"][f"{family}@{k}"]] for k in range(1, 4)]}
+    assert drawn["win_rate_bon"]["published"]["GEM-LS · Llama-3-8B [GEM Table 4]"][-1][0] == 32
     scorer = RewardScorer(str(rm))
     expected_rewards = [scorer.score([p] * 3, [f"answer {j} to {p}" for j in range(3)]) for p in prompts]
     expected_refs = [scorer.score([p], [f"GPT-4 says {p}"])[0] for p in prompts]
@@ -190,3 +197,107 @@ def test_report_puts_a_run_beside_the_published_best_of_n_rows(tmp_path: Path) -
     assert "| 51.63 | 55.57 | 58.61 | 62.17 | 65.28 |" in rows["| CE · Llama-3-8B [GEM Table 5]"]
     assert "| 73.46 | 73.77 | 75.13 | 76.57 | 76.50 |" in rows["| CE · Llama-3-8B [GEM Table 7]"]
     assert "### Other lm-eval tasks" not in report  # shown once, in its own section
+    assert "Sec. 5.2 text" not in report  # Figure 3's differences to CE: no value of these columns, no row
+
+
+def test_report_plots_first_k_curves_beside_the_published_points(tmp_path: Path) -> None:
+    """`distmatch-eval voting` output of two runs -> `distmatch-eval report`: first_k_gsm8k.png is written, and the
+    lines drawn in it (read back from the figure, in report.json) are the runs' curves and GEM's Table 5 / 7 points."""
+    answers = {
+        "a": ["The answer is: 8", "The answer is: 7", "The answer is: 7", "The answer is: 8"],
+        "b": ["8", "8", "8", "8"],
+    }
+    curves = {}
+    for run, resps in answers.items():
+        path = _write_jsonl(tmp_path / f"{run}.jsonl", [{"doc": {"gold": "7"}, "filtered_resps": [resps]}])
+        out = tmp_path / f"{run}_curve.json"
+        assert cli.main(["voting", "--samples", str(path), "--task", "gsm8k", "-o", str(out)]) == 0
+        curves[run] = json.loads(out.read_text())["curve"]
+    # a: answers 8, 7, 7, 8 -> MV 0, 0 (tie: 8 seen first), 100, 0 (tie again); coverage 0, 100, 100, 100.
+    assert [curves["a"][f"mv@{k}"] for k in range(1, 5)] == [0.0, 0.0, 100.0, 0.0]
+    assert [curves["a"][f"bon@{k}"] for k in range(1, 5)] == [0.0, 100.0, 100.0, 100.0]
+    report = tmp_path / "report"
+    args = ["report", "--run", f"a={tmp_path / 'a_curve.json'}", "--run", f"b={tmp_path / 'b_curve.json'}"]
+    assert cli.main([*args, "-o", str(report)]) == 0
+    png = report / "first_k_gsm8k.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((report / "report.json").read_text())
+    assert data["plots"]["first_k_gsm8k"] == "first_k_gsm8k.png"
+    drawn = data["first_k_curves"]["gsm8k"]
+    assert set(data["first_k_curves"]) == {"gsm8k"} and set(drawn) == {"mv", "bon"}
+    for family in ("mv", "bon"):
+        assert drawn[family]["runs"] == {
+            run: [[k, curve[f"{family}@{k}"]] for k in range(1, 5)] for run, curve in curves.items()
+        }
+    assert drawn["mv"]["published"]["CE · Llama-3-8B [GEM Table 5]"] == [
+        [4, 51.63],
+        [8, 55.57],
+        [16, 58.61],
+        [32, 62.17],
+    ]
+    assert drawn["bon"]["published"]["CE · Llama-3-8B [GEM Table 7]"][0] == [4, 76.50]
+    assert len(drawn["mv"]["published"]) == 10  # 5 methods x Tables 5 and 7
+    md = (report / "report.md").read_text()
+    assert "![First-k curves: GSM8K](first_k_gsm8k.png)" in md
+    assert "| **a** | 0.00 | – | – | – | 100.00 |" in md  # the table takes the curve's mv@4 / bon@4
+    assert cli.main([*args, "-o", str(tmp_path / "bare"), "--no-published"]) == 0
+    bare = json.loads((tmp_path / "bare" / "report.json").read_text())["first_k_curves"]["gsm8k"]
+    assert bare["mv"]["published"] == {} and bare["mv"]["runs"] == drawn["mv"]["runs"]
+
+
+def test_report_refuses_a_malformed_curve_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "curve.json"
+    for data, message in [
+        (
+            {"kind": "distmatch.voting", "task": "mbpp", "curve": {"mv@1": 1.0}},
+            "task must be one of gsm8k, math",
+        ),
+        (
+            {"kind": "distmatch.voting", "task": "gsm8k", "curve": {"mv@0": 1.0}},
+            "curve must map mv@k / bon@k",
+        ),
+        ({"kind": "distmatch.reward", "task": "alpacaeval_bon", "curve": {"mv@1": 1.0}}, "reward_bon@k"),
+    ]:
+        bad.write_text(json.dumps(data))
+        assert cli.main(["report", "--run", f"x={bad}", "-o", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_report_puts_code_pass_at_k_beside_tables_6_and_9(tmp_path: Path) -> None:
+    """An lm-eval results file of distmatch_humaneval (pass@k already x100 by the task): the values as they are, GEM
+    Table 6 / 9 rows beside them, and the pass@k curve plotted against k with the published points."""
+    values = {"pass@1": 8.33, "pass@10": 83.33, "pass@20": 100.0}
+    results = {
+        "results": {
+            "distmatch_humaneval": {
+                "name": "distmatch_humaneval",
+                **{f"{m},none": v for m, v in values.items()},
+            }
+        },
+        "configs": {"distmatch_humaneval": {"task": "distmatch_humaneval", "metadata": {"code_samples": 20}}},
+        "config": {"model": "hf", "model_args": "pretrained=x"},
+    }
+    path = tmp_path / "results_2026-01-01T00-00-00.json"
+    path.write_text(json.dumps(results))
+    out = tmp_path / "report"
+    assert cli.main(["report", "--run", f"mine={path}", "-o", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    section = report.split("### HumanEval pass@k (GEM Tables 6, 9; %)", 1)[1].split("\n\n", 2)[1]
+    rows = {line.split(" | ")[0]: line for line in section.splitlines()}
+    assert section.startswith("| run | pass@10 | pass@20 | pass@50 | pass@100 |")
+    assert rows["| **mine**"] == "| **mine** | 83.33 | 100.00 | – | – |"  # not x100 again
+    assert set(rows) >= {"| CE · Llama-3-8B [GEM Table 6]", "| GEM-LS · Llama-3-8B [GEM Table 9]"}
+    assert "Sec. 5.2 text" not in report and "### Other lm-eval tasks" not in report
+    drawn = json.loads((out / "report.json").read_text())["first_k_curves"]["humaneval"]["pass"]
+    assert drawn["runs"] == {"mine": [[1, 8.33], [10, 83.33], [20, 100.0]]}
+    assert drawn["published"]["CE · Llama-3-8B [GEM Table 9]"] == [
+        [10, 58.71],
+        [20, 61.5],
+        [50, 64.18],
+        [100, 65.86],
+    ]
+    assert (out / "first_k_humaneval.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,8 +1,8 @@
 """Every published number in eval_tasks/published/*.json pinned to its paper's table text.
 
 The fixtures (tests/eval/fixtures/paper_tables/) are the table lines copied from the papers' text (EMO ICLR 2024:
-Tables 1, 2, 3, 6, 7, 8; GEM: Tables 1, 2 and 4 - 9, the Sec. 5.1 perplexity sentence) and from the GEM repository's
-result.md. Each is parsed here into cells keyed by (table, benchmark, metric, method, base model); the JSON of each
+Tables 1, 2, 3, 6, 7, 8; GEM: Tables 1, 2 and 4 - 9, the Sec. 5.1 perplexity sentence, the Sec. 5.2 sentences with
+Figures 3 and 4's differences) and from the GEM repository's result.md. Each is parsed here into cells keyed by (table, benchmark, metric, method, base model); the JSON of each
 source must hold exactly those cells with exactly those values (a transposed digit, a missing or an extra cell
 fails), the repository file a subset of its table's rows, complete for every method it quotes.
 """
@@ -177,6 +177,38 @@ def gem_cells() -> dict[Key, float]:
     assert around, sentence
     for method, value in (("GEM-LS", around[1]), ("GEM-Linear", around[1]), ("CE", around[2])):
         cells[("Sec. 5.1 text", "ultrafeedback_test", "perplexity", method, _GEM_MODEL)] = float(value)
+    cells.update(gem_sec52_cells())
+    return cells
+
+
+_GAIN = r"(\d+\.\d) points \((\d+\.\d)% relative\)"
+
+
+def gem_sec52_cells() -> dict[Key, float]:
+    """Figures 3 and 4 as the text gives them: GEM-LS minus CE, in points and in percent of CE."""
+    math_sentence, code_sentence = _lines("gem_sec52_text.txt")
+    gains: list[tuple[str, str, str, str]] = []  # table, benchmark, metric, (points, relative)
+    halves = math_sentence.split("On the MATH benchmark")
+    assert len(halves) == 2 and "for greedy decoding, MV@32, and BON@32, respectively" in halves[0], (
+        math_sentence
+    )
+    assert "for the same methods" in halves[1], math_sentence
+    for benchmark, half in zip(("gsm8k", "math"), halves, strict=True):
+        found = re.findall(_GAIN, half)
+        assert len(found) == 3, half
+        for metric, pair in zip(("greedy_acc", "mv@32", "bon@32"), found, strict=True):
+            gains.append(("Sec. 5.2 text (Figure 3)", benchmark, metric, pair))
+    halves = code_sentence.split("On MBPP")
+    assert len(halves) == 2 and "on HumanEval" in halves[0], code_sentence
+    for benchmark, half in zip(("humaneval", "mbpp_plus"), halves, strict=True):
+        found = re.findall(_GAIN + r" for Pass@(\d+)", half)
+        assert [k for *_, k in found] == ["1", "10", "100"], half
+        for points, relative, k in found:
+            gains.append(("Sec. 5.2 text (Figure 4)", benchmark, f"pass@{k}", (points, relative)))
+    cells: dict[Key, float] = {}
+    for table, benchmark, metric, (points, relative) in gains:
+        cells[(table, benchmark, f"{metric}_gain_over_ce", "GEM-LS", _GEM_MODEL)] = float(points)
+        cells[(table, benchmark, f"{metric}_rel_gain_over_ce", "GEM-LS", _GEM_MODEL)] = float(relative)
     return cells
 
 
@@ -235,7 +267,43 @@ def test_a_transposed_digit_is_found() -> None:
     assert mismatches({**published, key: 45.7}, table) == [f"{key}: published 45.7, table 47.5"]
     del published[key]
     assert mismatches(published, table) == [f"{key}: table 47.5, not published"]
-    assert len(table) == 264 and len(gem_cells()) == 53 + 6 * 40  # every cell of the copied tables parsed
+    # every cell of the copied tables parsed (GEM: Tables 1, 2, Sec. 5.1; Tables 4-9; the Figure 3 / 4 sentences)
+    assert len(table) == 264 and len(gem_cells()) == 53 + 6 * 40 + 24
+
+
+def test_figure_3_and_4_text_agrees_with_tables_7_to_9() -> None:
+    """The text's GEM-LS - CE differences at k = 32 (math) and pass@10 / pass@100 (code) are those of Tables 7-9 to
+    0.1 point, and each relative gain is the points over the table's CE value (to 0.1 %); greedy accuracy and pass@1
+    are in no table (their CE values are not in the text either)."""
+    tables = gem_cells()
+    text = gem_sec52_cells()
+    checked = 0
+    for (table, benchmark, metric, method, model), points in text.items():
+        if not metric.endswith("_gain_over_ce") or "_rel_" in metric:
+            continue
+        base = metric.removesuffix("_gain_over_ce")
+        source = {"gsm8k": "Table 7", "math": "Table 8"}.get(benchmark, "Table 9")
+        if (source, benchmark, base, "CE", model) not in tables:
+            assert base in ("greedy_acc", "pass@1"), (benchmark, base)
+            continue
+        ce, gem = (tables[(source, benchmark, base, m, model)] for m in ("CE", "GEM-LS"))
+        relative = text[(table, benchmark, f"{base}_rel_gain_over_ce", method, model)]
+        assert abs(points - (gem - ce)) <= 0.1 + 1e-9, (benchmark, base, points, gem - ce)
+        assert abs(relative - 100 * points / ce) <= 0.1, (benchmark, base, relative, 100 * points / ce)
+        checked += 1
+    assert checked == 8
+
+
+def test_published_files_have_no_duplicate_keys() -> None:
+    """json.load keeps the last of two equal keys silently (a merge once left two "notes" lists in one file)."""
+
+    def refuse_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+        return dict(pairs)
+
+    for path in sorted(PUBLISHED.glob("*.json")):
+        json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=refuse_duplicates)
 
 
 def test_report_shows_the_paper_cells_and_their_eight_task_mean() -> None:

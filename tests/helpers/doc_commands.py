@@ -192,6 +192,13 @@ FAMILIES: tuple[Family, ...] = (
         "DRY_RUN=1; the lm_eval / distmatch-eval commands it prints are checked like the documented ones",
     ),
     Family(
+        "gem-domain-data",
+        ("python examples/reproduce/gem_domain_data.py",),
+        "tests/trl/test_gem_domain_recipes.py",
+        False,
+        "the script's own argument parser; the script runs on fixture rows of both datasets in the same test file",
+    ),
+    Family(
         "opencompass",
         ("opencompass",),
         "tests/eval/opencompass/test_documented_commands.py",
