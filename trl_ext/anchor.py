@@ -5,18 +5,31 @@ gradients, its hidden states and head handed to the loss (which builds its logit
   training dtype, in eval mode, every parameter frozen, kept outside the trained module (not optimised, not saved).
 * PEFT (LoRA): no copy. The reference is the trained model itself with its adapters switched off for the reference
   forward (as the ASFT authors' code does with `model.disable_adapter()`); the base weights are frozen under LoRA.
+* Another checkpoint (`anchor_reference: <model folder>`): loaded once with transformers, in the training dtype, on
+  the trained model's device, frozen like the copy. `check_reference_source` refuses a folder without a config.json
+  or with another vocabulary (config.json `vocab_size`, tokenizer.json's vocabulary) at configuration time, before
+  any model loads; the loaded head's rows are checked again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from distmatch.errors import DistMatchConfigError
+
+from .losses.objectives.anchored import INITIAL
+
+OPTION = "anchor_reference"
 
 
 @dataclass
@@ -32,8 +45,106 @@ def has_adapters(model: nn.Module) -> bool:
     return any(hasattr(m, "_disable_adapters") for m in model.modules())
 
 
-def make_reference(model: nn.Module, peft_wrapped: bool) -> Reference:
-    """The reference of `model` (PEFT-unwrapped; `peft_wrapped`: it carries adapters): see the module docstring."""
+def _json(file: Path, value: str) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise DistMatchConfigError(
+            f"{OPTION}={value!r}: {file} is not readable JSON ({type(err).__name__}); re-save the model with "
+            f"save_pretrained, or use {INITIAL!r}."
+        ) from None
+    if not isinstance(data, dict):
+        raise DistMatchConfigError(f"{OPTION}={value!r}: {file} is not a JSON object.")
+    return data
+
+
+def _tokenizer_vocab(folder: Path) -> dict[str, Any] | None:
+    """The token -> id map of a folder's tokenizer.json (model vocabulary and added tokens), None without one."""
+    file = folder / "tokenizer.json"
+    if not file.is_file():
+        return None
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    vocab = dict((data.get("model") or {}).get("vocab") or {})
+    vocab.update(
+        {t.get("content"): t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)}
+    )
+    return vocab or None
+
+
+def check_reference_source(value: Any, trained: Any = None) -> None:
+    """Configuration time, no weights read: `anchor_reference` is 'initial' or a model folder whose vocabulary is
+    the trained model's (`trained`: its folder, or a model, or None / a hub id: unknown, config size only)."""
+    if value == INITIAL:
+        return
+    if not isinstance(value, str) or not value:
+        raise DistMatchConfigError(
+            f"{OPTION}={value!r} is invalid; expected {INITIAL!r} or the folder of a model with the same vocabulary."
+        )
+    folder = Path(value).expanduser()
+    if not folder.is_dir():
+        raise DistMatchConfigError(
+            f"{OPTION}={value!r}: no such folder; give a model folder (as saved by save_pretrained) or "
+            f"{INITIAL!r} (the starting model)."
+        )
+    if not (folder / "config.json").is_file():
+        raise DistMatchConfigError(
+            f"{OPTION}={value!r}: {folder} has no config.json; give a model folder (as saved by save_pretrained) "
+            f"or {INITIAL!r} (the starting model)."
+        )
+    from .cost_embedding import training_vocab_size, vocab_size_of  # (it imports this module)
+
+    theirs = vocab_size_of(_json(folder / "config.json", value))
+    ours = training_vocab_size(trained)
+    if theirs is not None and ours is not None and theirs != ours:
+        raise DistMatchConfigError(
+            f"{OPTION}={value!r} has a vocabulary of {theirs} tokens but the model being trained has {ours}; the "
+            "reference model must share the tokenizer."
+        )
+    if isinstance(trained, (str, os.PathLike)) and Path(trained).expanduser().is_dir():
+        mine, other = _tokenizer_vocab(Path(trained).expanduser()), _tokenizer_vocab(folder)
+        if mine is not None and other is not None and mine != other:
+            differ = sorted(set(mine.items()) ^ set(other.items()), key=str)[:1]
+            raise DistMatchConfigError(
+                f"{OPTION}={value!r}: its tokenizer.json maps tokens to ids differently from the trained model's "
+                f"(first difference: {differ[0]!r}); the reference model must share the tokenizer."
+            )
+
+
+def training_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype of the trained model's floating-point parameters (float32 when it has none)."""
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+
+def load_reference(model: nn.Module, value: str) -> nn.Module:
+    """The model in folder `value`, loaded once in `model`'s training dtype on its device, frozen and in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    check_reference_source(value, model)
+    loaded = AutoModelForCausalLM.from_pretrained(str(Path(value).expanduser()), dtype=training_dtype(model))
+    weight = next((p for p in model.parameters() if p.device.type != "meta"), None)
+    if weight is not None:
+        loaded.to(weight.device)
+    loaded.eval()
+    loaded.requires_grad_(False)
+    from .cost_embedding import training_vocab_size
+
+    rows, ours = loaded.get_output_embeddings().weight.shape[0], training_vocab_size(model)
+    if ours is not None and rows != ours:
+        raise DistMatchConfigError(
+            f"{OPTION}={value!r}: its LM head has {rows} rows but the model being trained has {ours}; the "
+            "reference model must share the tokenizer."
+        )
+    return loaded
+
+
+def make_reference(model: nn.Module, peft_wrapped: bool, source: str = INITIAL) -> Reference:
+    """The reference of `model` (PEFT-unwrapped; `peft_wrapped`: it carries adapters) from `source` (the
+    `anchor_reference` option): see the module docstring."""
+    if source != INITIAL:
+        return Reference(model=load_reference(model, source))
     if peft_wrapped and has_adapters(model):
         return Reference(model=None, adapters_off=True)
     frozen = copy.deepcopy(model)
