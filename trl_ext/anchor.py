@@ -5,6 +5,10 @@ gradients, its hidden states and head handed to the loss (which builds its logit
   training dtype, in eval mode, every parameter frozen, kept outside the trained module (not optimised, not saved).
 * PEFT (LoRA): no copy. The reference is the trained model itself with its adapters switched off for the reference
   forward (as the ASFT authors' code does with `model.disable_adapter()`); the base weights are frozen under LoRA.
+* DeepSpeed ZeRO-3 (full fine-tuning): the partitioned model holds no whole copy to take, so the reference is
+  loaded from the starting checkpoint (`name_or_path`) or the given folder under the active ZeRO-3 config, and
+  prepared like the policy (an inference engine of the trainer's DeepSpeed config, as TRL does for DPO's reference):
+  partitioned, its shards gathered layer by layer in its forward, its head's weight gathered for the loss.
 * Another checkpoint (`anchor_reference: <model folder>`): loaded once with transformers, in the training dtype, on
   the trained model's device, frozen like the copy. `check_reference_source` refuses a folder without a config.json
   or with another vocabulary (config.json `vocab_size`, tokenizer.json's vocabulary) at configuration time, before
@@ -17,6 +21,7 @@ import contextlib
 import copy
 import json
 import os
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +35,8 @@ from distmatch.errors import DistMatchConfigError
 from .losses.objectives.anchored import INITIAL
 
 OPTION = "anchor_reference"
+#: Debugging aid: a folder; every rank writes how its reference model is held there (`rank<N>.json`).
+REFERENCE_DEBUG_ENV = "DISTMATCH_DEBUG_REFERENCE"
 
 
 @dataclass
@@ -39,6 +46,9 @@ class Reference:
     model: nn.Module | None = None  # None: the trained model with its adapters disabled
     # The PEFT-wrapped model's modules (its `_disable_adapters` flags) when `model` is None.
     adapters_off: bool = False
+    # DeepSpeed ZeRO-3: the engine prepared around `model` (its call gathers the partitioned parameters; `model`'s
+    # forward then returns the final hidden states only).
+    engine: Any = None
 
 
 def has_adapters(model: nn.Module) -> bool:
@@ -140,17 +150,90 @@ def load_reference(model: nn.Module, value: str) -> nn.Module:
     return loaded
 
 
-def make_reference(model: nn.Module, peft_wrapped: bool, source: str = INITIAL) -> Reference:
+def _zero3(model: nn.Module) -> bool:
+    return any(hasattr(p, "ds_id") and hasattr(p, "ds_status") for p in model.parameters())
+
+
+def _hidden_only(self: nn.Module, *args: Any, **kwargs: Any) -> Tensor:
+    return self.base_model(*args, **kwargs).last_hidden_state
+
+
+def prepare_zero3(model: nn.Module, source: str, accelerator: Any) -> Reference:
+    """DeepSpeed ZeRO-3: the reference loaded from `source` (the starting checkpoint's folder or hub id for
+    'initial', whose weights the partitioned model no longer holds whole) under the active ZeRO-3 config (so
+    partitioned like the policy as it loads) and prepared like the policy, as TRL prepares DPO's reference model:
+    an inference engine of the trainer's DeepSpeed config, whose call gathers each layer's shards."""
+    import deepspeed
+
+    plugin = getattr(getattr(accelerator, "state", None), "deepspeed_plugin", None)
+    if plugin is None:
+        raise ValueError(
+            "the anchored losses' reference under DeepSpeed ZeRO-3 needs the trainer's DeepSpeed plugin."
+        )
+    path = model.name_or_path if source == INITIAL else source
+    if not path:
+        raise ValueError(
+            "the anchored losses under DeepSpeed ZeRO-3 reload the starting model for the reference, but the model "
+            f"has no name_or_path; set {OPTION} to its folder."
+        )
+    if source != INITIAL:
+        check_reference_source(source, model)
+    loaded = _load(model, path)
+    loaded.forward = types.MethodType(_hidden_only, loaded)
+    config = copy.deepcopy(plugin.deepspeed_config)
+    config.pop("optimizer", None)
+    config.pop("scheduler", None)
+    engine, *_ = deepspeed.initialize(model=loaded, config=config)
+    engine.eval()
+    return Reference(model=loaded, engine=engine)
+
+
+def _load(model: nn.Module, path: str) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype(model))
+    loaded.eval()
+    loaded.requires_grad_(False)
+    return loaded
+
+
+def make_reference(
+    model: nn.Module, peft_wrapped: bool, source: str = INITIAL, accelerator: Any = None
+) -> Reference:
     """The reference of `model` (PEFT-unwrapped; `peft_wrapped`: it carries adapters) from `source` (the
     `anchor_reference` option): see the module docstring."""
+    lora = peft_wrapped and has_adapters(model) and source == INITIAL
+    if _zero3(model) and not lora:
+        return prepare_zero3(model, source, accelerator)
     if source != INITIAL:
         return Reference(model=load_reference(model, source))
-    if peft_wrapped and has_adapters(model):
+    if lora:
         return Reference(model=None, adapters_off=True)
     frozen = copy.deepcopy(model)
     frozen.eval()
     frozen.requires_grad_(False)
     return Reference(model=frozen)
+
+
+def save_for_debugging(reference: Reference) -> None:
+    """With `DISTMATCH_DEBUG_REFERENCE=<folder>`: how this rank holds the reference, to `<folder>/rank<N>.json`
+    (a DeepSpeed engine or not, the number of parameters and of ZeRO-3 partitioned ones, their local elements)."""
+    folder = os.environ.get(REFERENCE_DEBUG_ENV)
+    if not folder:
+        return
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    params = [] if reference.model is None else list(reference.model.parameters())
+    record = {
+        "engine": reference.engine is not None,
+        "adapters_off": reference.adapters_off,
+        "parameters": len(params),
+        "partitioned": sum(hasattr(p, "ds_id") for p in params),
+        "local_elements": sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in params),
+    }
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / f"rank{rank}.json").write_text(json.dumps(record))
 
 
 @contextlib.contextmanager
@@ -176,11 +259,27 @@ def base_head(head: nn.Module) -> nn.Module:
     return head
 
 
+def head_weight(head: nn.Module) -> Tensor:
+    """The reference head's whole weight: a ZeRO-3 partitioned one gathered (collective: every rank) and copied,
+    since its gathered storage is released after the gather."""
+    weight = head.weight
+    if not (hasattr(weight, "ds_id") and hasattr(weight, "ds_status")):
+        return weight
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters([weight], modifier_rank=None):
+        return weight.detach().clone()
+
+
 def reference_hidden(
     trained: nn.Module, reference: Reference, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Tensor, nn.Module]:
     """The reference's final hidden states for the same inputs (no gradient) and the module of its LM head."""
     with torch.no_grad():
+        if (
+            reference.engine is not None
+        ):  # ZeRO-3: the engine's call gathers the shards (its forward: hidden only)
+            return reference.engine(*args, **kwargs), reference.model.get_output_embeddings()
         if reference.model is not None:
             hidden = reference.model.base_model(*args, **kwargs).last_hidden_state
             return hidden, reference.model.get_output_embeddings()

@@ -19,6 +19,7 @@ import torch
 
 from .anchor import INITIAL, make_reference
 from .anchor import OPTION as REFERENCE_OPTION
+from .anchor import save_for_debugging as save_reference_for_debugging
 from .cost_embedding import resolve_cost_embedding, save_for_debugging, training_vocab_size
 from .losses import LOSSES
 from .model_card import add_section
@@ -124,7 +125,11 @@ class DistMatchLossMixin:
         adapters off (no copy), else a frozen copy of `target` as it is now."""
         held = getattr(self, "_distmatch_reference", None)
         if held is None or held[0] is not target or held[2] != source:
-            held = (target, make_reference(target, target is not self.model, source), source)
+            reference = make_reference(
+                target, target is not self.model, source, getattr(self, "accelerator", None)
+            )
+            save_reference_for_debugging(reference)
+            held = (target, reference, source)
             self._distmatch_reference = held
         return held[1]
 
