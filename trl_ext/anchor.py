@@ -9,6 +9,9 @@ gradients, its hidden states and head handed to the loss (which builds its logit
   loaded from the starting checkpoint (`name_or_path`) or the given folder under the active ZeRO-3 config, and
   prepared like the policy (an inference engine of the trainer's DeepSpeed config, as TRL does for DPO's reference):
   partitioned, its shards gathered layer by layer in its forward, its head's weight gathered for the loss.
+* FSDP2 (`fully_shard` under torchrun): a reference model sharded like the policy by the caller
+  (`Reference(model=...)`) runs as its root's forward, so its units gather their shards; its head's weight is
+  gathered (`full_tensor()`) for the loss.
 * Another checkpoint (`anchor_reference: <model folder>`): loaded once with transformers, in the training dtype, on
   the trained model's device, frozen like the copy. `check_reference_source` refuses a folder without a config.json
   or with another vocabulary (config.json `vocab_size`, tokenizer.json's vocabulary) at configuration time, before
@@ -104,7 +107,8 @@ def check_reference_source(value: Any, trained: Any = None) -> None:
             f"{OPTION}={value!r}: {folder} has no config.json; give a model folder (as saved by save_pretrained) "
             f"or {INITIAL!r} (the starting model)."
         )
-    from .cost_embedding import training_vocab_size, vocab_size_of  # (it imports this module)
+    from .cost_embedding.checkpoint import vocab_size_of  # (the package imports this module: not at the top)
+    from .cost_embedding.head import training_vocab_size
 
     theirs = vocab_size_of(_json(folder / "config.json", value))
     ours = training_vocab_size(trained)
@@ -139,7 +143,7 @@ def load_reference(model: nn.Module, value: str) -> nn.Module:
         loaded.to(weight.device)
     loaded.eval()
     loaded.requires_grad_(False)
-    from .cost_embedding import training_vocab_size
+    from .cost_embedding.head import training_vocab_size
 
     rows, ours = loaded.get_output_embeddings().weight.shape[0], training_vocab_size(model)
     if ours is not None and rows != ours:
@@ -260,9 +264,14 @@ def base_head(head: nn.Module) -> nn.Module:
 
 
 def head_weight(head: nn.Module) -> Tensor:
-    """The reference head's whole weight: a ZeRO-3 partitioned one gathered (collective: every rank) and copied,
-    since its gathered storage is released after the gather."""
+    """The reference head's whole weight (no gradient flows into it): an FSDP2 (DTensor) one gathered with
+    `full_tensor()`, a ZeRO-3 partitioned one gathered and copied, since its gathered storage is released after the
+    gather (both collectives: every rank)."""
+    from .cost_embedding.head import is_dtensor  # (the package imports this module)
+
     weight = head.weight
+    if is_dtensor(weight):
+        return weight.detach().full_tensor()
     if not (hasattr(weight, "ds_id") and hasattr(weight, "ds_status")):
         return weight
     import deepspeed
@@ -280,9 +289,20 @@ def reference_hidden(
             reference.engine is not None
         ):  # ZeRO-3: the engine's call gathers the shards (its forward: hidden only)
             return reference.engine(*args, **kwargs), reference.model.get_output_embeddings()
-        if reference.model is not None:
-            hidden = reference.model.base_model(*args, **kwargs).last_hidden_state
-            return hidden, reference.model.get_output_embeddings()
+        if (
+            reference.model is not None
+        ):  # called as the root's forward, so that an FSDP2 root unit's hooks run
+            model = reference.model
+            saved = model.__dict__.get("forward")
+            model.forward = types.MethodType(_hidden_only, model)
+            try:
+                hidden = model(*args, **kwargs)
+            finally:
+                if saved is None:
+                    del model.forward
+                else:
+                    model.forward = saved
+            return hidden, model.get_output_embeddings()
         with adapters_disabled(trained):
             hidden = trained.base_model(*args, **kwargs).last_hidden_state
         return hidden, base_head(trained.get_output_embeddings())

@@ -248,17 +248,17 @@ def compute_request(
 
 
 def refuse_sharded_reference(model: nn.Module, request: LossRequest) -> None:
-    """The anchored losses' reference model with a sharded policy head: DeepSpeed ZeRO-3 with full fine-tuning
-    runs (the reference prepared like the policy, `trl_ext.anchor`); FSDP2, and ZeRO-3 with LoRA's adapters-off
-    reference, are refused."""
+    """The anchored losses' reference model with a sharded policy head: a separate reference model runs (ZeRO-3:
+    prepared like the policy; FSDP2: sharded by the caller, `trl_ext.anchor`); LoRA's adapters-off reference is
+    refused."""
     sharding = head_sharding(model.get_output_embeddings())
     reference = request.reference
-    if sharding is None or (sharding == "zero3" and reference is not None and not reference.adapters_off):
+    if sharding is None or (reference is not None and not reference.adapters_off):
         return
     raise ValueError(
-        f"loss {request.name!r} (a frozen reference model) does not run with a sharded LM head under "
-        f"{'FSDP2' if sharding == 'fsdp2' else 'DeepSpeed ZeRO-3 with LoRA'} yet; train it with DeepSpeed ZeRO-3 "
-        "(full fine-tuning), ZeRO-2, DDP or one process."
+        f"loss {request.name!r} with LoRA's reference (the adapters-off model) does not run with a sharded LM head "
+        f"({'FSDP2' if sharding == 'fsdp2' else 'DeepSpeed ZeRO-3'}) yet; train it with full fine-tuning, ZeRO-2, "
+        "DDP or one process."
     )
 
 
