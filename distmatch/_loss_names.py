@@ -36,6 +36,7 @@ LOSS_OPTION_NAMES = (
     "prob_q",
     "prob_min_p",
     "prob_max_p",
+    "anchor_reference",
     "anchor_kl_weight",
 )
 #: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).

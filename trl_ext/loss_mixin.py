@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
-from .anchor import make_reference
+from .anchor import INITIAL, make_reference
+from .anchor import OPTION as REFERENCE_OPTION
+from .anchor import save_for_debugging as save_reference_for_debugging
 from .cost_embedding import resolve_cost_embedding, save_for_debugging, training_vocab_size
 from .losses import LOSSES
 from .model_card import add_section
@@ -105,7 +107,7 @@ class DistMatchLossMixin:
         target = unwrap_peft(self.model)
         reference = None
         if LOSSES[loss].needs_reference:  # taken before the forward is patched: the starting model, frozen
-            reference = self.distmatch_reference(target)
+            reference = self.distmatch_reference(target, options.get(REFERENCE_OPTION) or INITIAL)
         install_loss_forward(target)
         cost_embedding, live = (None, False)
         source = cost_embedding_option(loss)
@@ -117,12 +119,17 @@ class DistMatchLossMixin:
         )
         self._distmatch_active = (loss, used_options(loss, options))
 
-    def distmatch_reference(self, target: torch.nn.Module) -> Any:
-        """The anchored losses' reference model (`trl_ext.anchor`), taken once per trainer: with PEFT adapters the
-        trained model with its adapters off (no copy), else a frozen copy of `target` as it is now."""
+    def distmatch_reference(self, target: torch.nn.Module, source: str = INITIAL) -> Any:
+        """The anchored losses' reference model (`trl_ext.anchor`), taken once per trainer and source: another
+        checkpoint's folder (`source`), loaded and frozen; else with PEFT adapters the trained model with its
+        adapters off (no copy), else a frozen copy of `target` as it is now."""
         held = getattr(self, "_distmatch_reference", None)
-        if held is None or held[0] is not target:
-            held = (target, make_reference(target, peft_wrapped=target is not self.model))
+        if held is None or held[0] is not target or held[2] != source:
+            reference = make_reference(
+                target, target is not self.model, source, getattr(self, "accelerator", None)
+            )
+            save_reference_for_debugging(reference)
+            held = (target, reference, source)
             self._distmatch_reference = held
         return held[1]
 

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 from transformers.utils import ModelOutput
 
-from .anchor import Reference, reference_hidden
+from .anchor import Reference, head_weight, reference_hidden
 from .cost_embedding import cost_in_forward
 from .cost_embedding import (
     frozen_head_copy as frozen_head_copy,  # benchmarks/bench_sharded_loss.py imports it from here
@@ -162,10 +162,14 @@ def compute_request(
         ref_hidden, ref_head = reference
         ref_hidden = ref_hidden.reshape(-1, ref_hidden.shape[-1])
         params["reference_hidden"] = ref_hidden * scale if scale != 1.0 else ref_hidden
-        params["reference_weight"] = ref_head.weight
+        params["reference_weight"] = head_weight(ref_head)
     elif reference is not None:
         with torch.no_grad():
-            ref_logits = reference[1](reference[0])
+            ref_head = reference[1]
+            if head_sharding(ref_head) == "zero3":
+                ref_logits = torch.nn.functional.linear(reference[0], head_weight(ref_head), ref_head.bias)
+            else:
+                ref_logits = ref_head(reference[0])
             if scale != 1.0:
                 ref_logits = ref_logits * scale
             cap = getattr(config, "final_logit_softcapping", None)
@@ -244,12 +248,18 @@ def compute_request(
 
 
 def refuse_sharded_reference(model: nn.Module, request: LossRequest) -> None:
-    """The anchored losses' reference model is not sharded like the policy yet: refused with a sharded head."""
-    if head_sharding(model.get_output_embeddings()) is not None:
-        raise ValueError(
-            f"loss {request.name!r} (a frozen reference model) does not run with a sharded LM head (DeepSpeed "
-            "ZeRO-3 / FSDP2) yet; train it with ZeRO-2, DDP or one process."
-        )
+    """The anchored losses' reference model with a sharded policy head: a separate reference model runs (ZeRO-3:
+    prepared like the policy; FSDP2: sharded by the caller, `trl_ext.anchor`); LoRA's adapters-off reference is
+    refused."""
+    sharding = head_sharding(model.get_output_embeddings())
+    reference = request.reference
+    if sharding is None or (reference is not None and not reference.adapters_off):
+        return
+    raise ValueError(
+        f"loss {request.name!r} with LoRA's reference (the adapters-off model) does not run with a sharded LM head "
+        f"({'FSDP2' if sharding == 'fsdp2' else 'DeepSpeed ZeRO-3'}) yet; train it with full fine-tuning, ZeRO-2, "
+        "DDP or one process."
+    )
 
 
 def nonfinite_source(

@@ -75,6 +75,10 @@ def loss_params(
         value = options.get(option.name, option.default)
         if option.from_model:
             _check_option(option, value)
+            if (
+                option.param not in LOSSES[loss].param_names
+            ):  # where the integration gets a model: no parameter
+                continue
             given = cost_embedding if option.param == "cost_embedding" else None
             params[option.param] = torch.empty(0, 0) if given is None else given
             if given is None:

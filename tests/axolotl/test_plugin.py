@@ -108,6 +108,9 @@ def test_unknown_loss_fails_validation_naming_the_choices(assets, tmp_path) -> N
         ("prob", "anchor_kl_weight", 0.1, "anchor_kl_weight=0.1 has no effect with loss='prob'"),
         (None, "anchor_kl_weight", 0.1, "add `loss: asft` or `loss: sft_kl`"),
         ("sft_kl", "anchor_kl_weight", -0.5, "anchor_kl_weight=-0.5 is invalid"),
+        ("asft", "anchor_reference", "", "anchor_reference='' is invalid"),
+        ("asft", "anchor_reference", "/nonexistent/model", "no such folder"),
+        ("dft", "anchor_reference", "/nonexistent/model", "has no effect with loss='dft'"),
     ],
 )
 def test_bad_option_values_fail_validation(assets, tmp_path, loss, key, value, expected) -> None:
@@ -130,6 +133,20 @@ def test_cost_embedding_with_another_vocabulary_fails_validation(assets, tmp_pat
     cfg = tiny_config(assets, tmp_path, loss="emo", emo_cost_embedding=str(other))
     with pytest.raises(ValidationError, match=f"vocabulary of {config['vocab_size'] + 20} tokens"):
         validate(cfg, gpu=False)
+
+
+def test_reference_model_with_another_vocabulary_fails_validation(assets, tmp_path) -> None:
+    """`anchor_reference`: both vocabularies come from config.json files, no weights are read (the folder has none);
+    a folder with the same vocabulary passes and reaches the validated config."""
+    config = json.loads((assets["model"] / "config.json").read_text())
+    for name, vocab in (("other", config["vocab_size"] + 20), ("same", config["vocab_size"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(dict(config, vocab_size=vocab)))
+    cfg = tiny_config(assets, tmp_path, loss="sft_kl", anchor_reference=str(tmp_path / "other"))
+    with pytest.raises(ValidationError, match=f"vocabulary of {config['vocab_size'] + 20} tokens"):
+        validate(cfg, gpu=False)
+    cfg = tiny_config(assets, tmp_path, loss="sft_kl", anchor_reference=str(tmp_path / "same"))
+    assert validate(cfg, gpu=False).anchor_reference == str(tmp_path / "same")
 
 
 def test_paper_variant_options(assets, tmp_path) -> None:

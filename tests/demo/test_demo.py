@@ -20,7 +20,8 @@ from tests.helpers.tiny_model import build_tiny_llama
 
 DEMO_DIR = REPO_ROOT / "examples" / "demo"
 REPRODUCE_DIR = REPO_ROOT / "examples" / "reproduce"
-LOSSES = ("ce", "gem_ls", "emo")
+#: The default three, and one anchored loss asked for with `--losses` (its reference: the LoRA adapters off).
+LOSSES = ("ce", "gem_ls", "emo", "asft")
 
 
 def _load(name: str, path: Path) -> Any:
@@ -66,7 +67,7 @@ def tiny_run(tiny_setup: dict[str, Path]) -> dict[str, Any]:
     out = tiny_setup["root"] / "demo_out"
     threads = torch.get_num_threads()
     try:
-        cfg = demo_config.config_from({}, _tiny_flags(tiny_setup, out))
+        cfg = demo_config.config_from({}, [*_tiny_flags(tiny_setup, out), "--losses", ",".join(LOSSES)])
         result = demo.run_demo(cfg, command="pytest")
     finally:
         torch.set_num_threads(threads)
@@ -130,6 +131,9 @@ def test_pipeline_same_steps_and_k_samples_per_loss(tiny_run: dict[str, Any]) ->
     for loss in LOSSES:
         state = json.loads((runs / loss / "trainer_state.json").read_text(encoding="utf-8"))
         assert state["global_step"] == 2
+        steps = [entry for entry in state["log_history"] if "loss" in entry]
+        # The anchored loss logs its KL to the reference (the adapters-off model), which the LoRA update moves.
+        assert all(("kl" in entry) == (loss == "asft") for entry in steps), steps
         assert (runs / loss / "adapter" / "adapter_config.json").is_file()  # LoRA by default
         assert tiny_run["training"][loss]["trainable_parameters"] > 0
     for name in ("base", *LOSSES):

@@ -75,3 +75,19 @@ def test_the_comparison_catches_a_head_gathered_without_partial_gradients(ranks)
         assert (
             control["worst_param"] == "lm_head.weight" and control["head_grad_max_rel"] > 0.1
         )  # ... its grad not
+
+
+def test_anchored_loss_with_a_reference_sharded_like_the_policy(ranks):
+    """`asft` with its reference model sharded too (each decoder layer, the head a unit resharding after forward;
+    the policy in accelerate's layout): the reference runs as its root's forward (its units gather their shards),
+    its head is gathered for the loss and stays sharded; loss and every gradient equal the
+    unsharded pair's, on both paths, and the KL is not 0 (a reference from another seed)."""
+    for r in ranks:
+        cases = r["anchored"]
+        assert [c["path"] for c in cases] == ["fused", "logits"]
+        for c in cases:
+            where = f"rank {r['rank']} asft {c['path']}"
+            assert c["reported_path"] == c["path"] and c["kl"] > 1e-3, where
+            assert c["reference_local_rows"] * WORLD == r["layouts"]["accelerate"]["vocab"], where
+            assert c["loss_abs_diff"] < TOL and not c["missing_grads"] and not c["unexpected_grads"], where
+            assert c["grad_max_rel"] < TOL, (where, c["worst_param"], c["grad_max_rel"])

@@ -7,6 +7,8 @@ clipping, so that a wrong gradient scale shows in the loss of step 2, in the log
 * `distmatch-trl sft --use_deepspeed` with ZeRO-3 (`stage3_param_persistence_threshold: 0`: the LM head stays
   partitioned) and `trl sft` (the activation hook) with ZeRO-2, for `emo` and `gem_ls`: per-step loss and grad norm
   equal the single process; EMO's frozen cost embedding is the whole pre-trained head on every rank;
+* `asft` under ZeRO-3 anchored to another checkpoint: the reference is partitioned like the policy on every rank,
+  and loss, grad norm and KL equal the single process;
 * `emo_cost_embedding: live` under ZeRO-3 is refused before training;
 * `trl sft --multi_gpu` (DDP): loss, grad norm and the trained weights equal the single process (the reduction's
   `x num_processes` factor under `average_tokens_across_devices`).
@@ -233,3 +235,34 @@ def test_ddp_trl_sft_matches_one_process(assets, single, wheel_venv):
         torch.testing.assert_close(trained[name], weight, rtol=1e-5, atol=1e-6, msg=name)
         moved = max(moved, (weight - start[name]).abs().max().item())
     assert moved > 1e-3  # the weights did move
+
+
+def test_deepspeed_zero3_anchored_loss_matches_one_process(assets, wheel_venv):
+    """`asft` under ZeRO-3 with the head partitioned, anchored to another checkpoint (so the KL is far from 0 from
+    step 1): the reference is loaded partitioned like the policy and gathered in its forward (a partition alone
+    would fail or differ); loss, grad norm and KL equal one process."""
+    other = build_tiny_llama(assets["root"] / "other-reference", seed=1)
+    flags = ["--anchor_reference", str(other), "--anchor_kl_weight", "1.0"]
+    run = _train(
+        [wheel_venv.distmatch_trl, "sft", *_deepspeed_launch(assets, 3), *flags],
+        assets,
+        "zero3-asft",
+        "asft",
+        LOCAL_BATCH,
+        DISTMATCH_DEBUG_REFERENCE=str(assets["root"] / "zero3-asft-reference"),
+    )
+    one = _train(
+        [wheel_venv.distmatch_trl, "sft", *flags], assets, "single-asft", "asft", 2 * LOCAL_BATCH, ranks=1
+    )
+    _assert_same_steps(run, one)
+    for got, want in zip(run["logs"], one["logs"]):
+        assert want["kl"] > 1e-3 and got["kl"] == pytest.approx(want["kl"], rel=1e-5), (got, want)
+    held = [
+        json.loads((assets["root"] / "zero3-asft-reference" / f"rank{r}.json").read_text()) for r in (0, 1)
+    ]
+    from safetensors.torch import load_file
+
+    whole = sum(p.numel() for p in load_file(other / "model.safetensors").values())
+    for record in held:  # an engine on each rank, every parameter partitioned: about half of the weights each
+        assert record["engine"] and record["partitioned"] == record["parameters"] > 0, record
+        assert record["local_elements"] < 0.6 * whole, (record, whole)

@@ -26,9 +26,11 @@ SEQ = 12
 ROWS = 2
 
 #: (case name, loss name, live cost embedding?) — every loss of the registry; a cost-embedding loss (EMO) also live.
+#: Every loss but the anchored ones, which need a reference model (the FSDP2 worker's `run_anchored`).
 LOSS_CASES: tuple[tuple[str, str, bool], ...] = tuple(
     case
     for name in LOSS_NAMES
+    if not LOSSES[name].needs_reference
     for case in ((name, name, False),)
     + (((f"{name}_live", name, True),) if LOSSES[name].needs_cost_embedding else ())
 )

@@ -166,6 +166,63 @@ def control_without_partial(model: nn.Module, reference: nn.Module, world: int, 
     return {"loss_abs_diff": abs(float(value) - ref_values[rank]), "head_grad_max_rel": head_rel, **errors}
 
 
+def run_anchored(rank: int, world: int) -> list[dict[str, Any]]:
+    """`asft` with a reference model (another seed) sharded like the policy (its decoder layers, its head a unit
+    that reshards after forward; the policy in accelerate's layout), both paths:
+    loss and every gradient against the unsharded pair (the reference's full logits, `reference_token_loss`)."""
+    from trl_ext.anchor import Reference
+    from trl_ext.losses import reference_token_loss
+
+    policy, frozen = build_model(tie=False, dtype=DTYPE), build_model(tie=False, dtype=DTYPE, seed=1)
+    frozen.requires_grad_(False)
+    values, want = [], {}
+    for r in range(world):  # the unsharded truth: data-parallel mean over the ranks' batches
+        batch = rank_batch(r)
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        logits, ref_logits = policy(**inputs).logits[:, :-1], frozen(**inputs).logits[:, :-1]
+        targets = batch["labels"][:, 1:].reshape(-1)
+        per_token = reference_token_loss(
+            "asft",
+            logits.reshape(-1, logits.shape[-1]),
+            targets,
+            reference_logits=ref_logits.reshape(-1, ref_logits.shape[-1]),
+            kl_weight=0.5,
+        )
+        value = per_token.sum() / (targets != -100).sum()
+        (value / world).backward()
+        values.append(float(value))
+    want = {n: p.grad.detach().clone() for n, p in policy.named_parameters() if p.grad is not None}
+    policy.zero_grad(set_to_none=True)
+    shard(policy, "accelerate")
+    # The reference resharding after its forward (no backward would reshard a unit with reshard_after_forward=False).
+    shard(frozen, "separate_head")
+    install_loss_forward(policy)
+    counter = HeadCallCounter()
+    counter.head = policy.get_output_embeddings()
+    cases = []
+    for path in ("fused", "logits"):
+        request = LossRequest(
+            name="asft",
+            params={"kl_weight": 0.5},
+            reference=Reference(model=frozen),
+            force_logits_path=path == "logits",
+        )
+        policy.zero_grad(set_to_none=True)
+        counter.calls = 0
+        output = policy(**rank_batch(rank), distmatch_loss=request)
+        value = output.per_token_loss.sum() / output.label_mask.sum()
+        value.backward()
+        grads = {n: full(p.grad) for n, p in policy.named_parameters()}
+        kl = float(output.stats.kl[output.label_mask].mean())
+        result = case_result("asft", path, output, value, counter, values[rank], grads, want, kl=kl)
+        weight = frozen.lm_head.weight  # after the step: sharded again
+        result["reference_local_rows"] = (
+            int(weight.to_local().shape[0]) if hasattr(weight, "to_local") else None
+        )
+        cases.append(result)
+    return cases
+
+
 def main() -> None:
     out_dir = Path(sys.argv[1])
     dist.init_process_group("gloo")
@@ -176,6 +233,7 @@ def main() -> None:
     result: dict[str, Any] = {"rank": rank, "world": world, "torch": torch.__version__, "layouts": {}}
     for layout, tied in LAYOUTS.items():
         result["layouts"][layout] = run_layout(layout, tied, rank, world, counter)
+    result["anchored"] = run_anchored(rank, world)
     result["seconds"] = time.perf_counter() - start
     write_rank_result(out_dir, __file__, result)
 

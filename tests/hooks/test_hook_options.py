@@ -19,6 +19,7 @@ from tests.helpers.option_cases import DEFAULT_PARAMS, INVALID, OPTION_PARAMS, V
 VALUES: list[tuple[str, Any]] = [
     *((option, 0) for option in dict(VALID)),
     ("emo_cost_embedding", "live"),
+    ("anchor_reference", "initial"),
     *VALID,
     *INVALID,
 ]
@@ -27,9 +28,9 @@ VALUES: list[tuple[str, Any]] = [
 def test_the_option_table_covers_every_loss_and_option():
     """A new loss or option (the names generated from the specs) needs its rows in tests/helpers/option_cases.py."""
     assert set(DEFAULT_PARAMS) == set(LOSS_NAMES)
-    assert {*OPTION_PARAMS, "emo_cost_embedding"} == set(
+    assert {*OPTION_PARAMS, "emo_cost_embedding", "anchor_reference"} == set(
         LOSS_OPTION_NAMES
-    )  # the cost embedding: a source, no value
+    )  # the cost embedding and the reference model: sources, no value
     assert {option for option, _ in VALID} == set(OPTION_PARAMS)
 
 

@@ -117,3 +117,92 @@ def test_lora_reference_is_the_adapter_disabled_model_without_a_copy(models, dat
     trainer.train()
     logs = step_logs(trainer)
     assert len(logs) == 2 and all(log["kl"] > 0 for log in logs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# `anchor_reference`: another checkpoint as the reference
+
+
+def test_another_checkpoint_as_the_reference_is_loaded_frozen_and_anchors_the_loss(models, data, tmp_path):
+    trainer = make_trainer(
+        models["plain"], data, tmp_path, loss="sft_kl", anchor_reference=str(models["other_seed"])
+    )
+    reference = trainer.distmatch_request.reference
+    frozen = reference.model
+    assert frozen is not None and not reference.adapters_off and not frozen.training
+    assert not any(p.requires_grad for p in frozen.parameters())
+    saved = load_model(models["other_seed"])
+    for (name, p), (_, q) in zip(frozen.named_parameters(), saved.named_parameters()):
+        assert p.dtype == torch.float32 and torch.equal(p, q), name  # that checkpoint, in the training dtype
+    start = load_model(models["plain"])
+    assert any(not torch.equal(p, q) for p, q in zip(frozen.parameters(), start.parameters()))
+
+    batch = collate(trainer, [0, 1, 2, 3])
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch.get("attention_mask")}
+    with torch.no_grad():
+        got = trainer.compute_loss(trainer.model, dict(batch)).item()
+        policy = trainer.model(**inputs).logits
+        ref = saved(**inputs).logits
+        starting = start(**inputs).logits
+    want = _official(policy, ref, batch["labels"], "sft_kl", 0.1).item()
+    assert math.isclose(got, want, rel_tol=2e-5), (got, want)
+    # Not the starting model's anchor (which is 0 at the first step): the other checkpoint's.
+    assert not math.isclose(
+        got, _official(policy, starting, batch["labels"], "sft_kl", 0.1).item(), rel_tol=1e-4
+    )
+
+    trainer.train()
+    logs = step_logs(trainer)
+    assert len(logs) == 2 and all(log["kl"] > 1e-4 for log in logs)  # the starting model's would start at 0
+    for p, q in zip(frozen.parameters(), saved.parameters()):
+        assert torch.equal(p, q)  # never trained
+
+
+def test_another_checkpoint_with_lora_is_a_loaded_model_in_the_training_dtype(models, data, tmp_path):
+    pytest.importorskip("peft")
+    model = load_model(models["plain"]).to(torch.bfloat16)
+    trainer = make_trainer(
+        models["plain"],
+        data,
+        tmp_path,
+        model=model,
+        loss="asft",
+        anchor_reference=str(models["other_seed"]),
+        trainer_kwargs={"peft_config": lora_config(["q_proj", "v_proj"], random_init=True)},
+    )
+    reference = trainer.distmatch_request.reference
+    assert (
+        reference.model is not None and not reference.adapters_off
+    )  # that checkpoint, not the adapters-off model
+    assert {p.dtype for p in reference.model.parameters()} == {torch.bfloat16}
+    assert not any(p.requires_grad for p in reference.model.parameters())
+
+
+def test_reference_folders_without_a_config_or_with_another_tokenizer_are_refused(models, tmp_path):
+    """Read from the folders' config.json / tokenizer.json only: no model is loaded."""
+    import json
+    import shutil
+
+    from distmatch.errors import DistMatchConfigError
+    from trl_ext.anchor import check_reference_source
+
+    check_reference_source("initial", str(models["plain"]))
+    check_reference_source(str(models["other_seed"]), str(models["plain"]))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    swapped = shutil.copytree(models["other_seed"], tmp_path / "swapped")
+    tokenizer = json.loads((swapped / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    a, b = list(vocab)[10:12]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, two tokens with each other's ids
+    (swapped / "tokenizer.json").write_text(json.dumps(tokenizer))
+    cases = {
+        str(tmp_path / "missing"): "no such folder",
+        str(empty): "has no config.json",
+        str(models["other_vocab"]): "has a vocabulary of 280 tokens but the model being trained has 300",
+        str(swapped): "tokenizer.json maps tokens to ids differently",
+    }
+    for value, expected in cases.items():
+        with pytest.raises(DistMatchConfigError, match=expected) as info:
+            check_reference_source(value, str(models["plain"]))
+        assert str(info.value).startswith(f"anchor_reference={value!r}") and "\n" not in str(info.value)

@@ -31,6 +31,9 @@ from torch import Tensor, nn
 
 from distmatch.errors import DistMatchConfigError
 
+from ..anchor import OPTION as REFERENCE_OPTION
+from ..anchor import check_reference_source
+from ..losses import LOSSES
 from ..options import cost_embedding_option
 from .checkpoint import (
     BUILTIN_SOURCES,
@@ -56,11 +59,13 @@ COST_EMBEDDING_DEBUG_ENV = "DISTMATCH_DEBUG_COST_EMBEDDING"
 
 def check_configured(loss: str, options: Mapping[str, Any], model: Any = None) -> None:
     """Configuration time, no weights read: the cost embedding `loss` takes from `options` (nothing to check when
-    the loss needs none or the option is not given), against the vocabulary of `model` (a model, a local folder, or
-    None / a hub id: unknown)."""
+    the loss needs none or the option is not given), and the anchored losses' `anchor_reference` model, against the
+    vocabulary of `model` (a model, a local folder, or None / a hub id: unknown)."""
     source = cost_embedding_option(loss)
     if source is not None and source in options:
         check_cost_embedding_source(options[source], training_vocab_size(model))
+    if LOSSES[loss].needs_reference and options.get(REFERENCE_OPTION) is not None:  # another checkpoint
+        check_reference_source(options[REFERENCE_OPTION], model)
 
 
 def resolve_cost_embedding(model: nn.Module, option: str) -> tuple[Tensor | None, bool]:

@@ -37,7 +37,10 @@ def _check_spec(spec: LossSpec) -> None:
     stat_fields = {f.name for f in dataclasses.fields(TokenStats)} - set(BASE_STATS)
     problems += [f"statistic {s!r} is not a TokenStats field" for s in spec.stats if s not in stat_fields]
     problems += [
-        f"option {o.name!r} sets unknown parameter {o.param!r}" for o in spec.options if o.param not in params
+        f"option {o.name!r} sets unknown parameter {o.param!r}"
+        for o in spec.options
+        if o.param not in params
+        and not (o.from_model and o.param == "reference_model" and spec.needs_reference)
     ]
     from_model = [o for o in spec.options if o.from_model]
     if spec.needs_cost_embedding != any(o.param == "cost_embedding" for o in from_model):

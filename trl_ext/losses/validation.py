@@ -65,6 +65,13 @@ def model_source(value: Any) -> str | None:
     return None
 
 
+def reference_source(value: Any) -> str | None:
+    """The anchored losses' reference model: 'initial' (the starting model) or a model folder."""
+    if not isinstance(value, str) or not value:
+        return "'initial' or the folder of a model with the same vocabulary"
+    return None
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """All loss math runs in float32, or float64 when the inputs are float64."""
     return torch.float64 if dtype == torch.float64 else torch.float32

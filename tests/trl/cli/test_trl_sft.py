@@ -375,6 +375,10 @@ REFUSED = {
         ["emo_cost_embedding='/nonexistent/model'", "no such folder"],
     ),
     "bad_beta": (["--loss", "gem_ls", "--gem_beta", "0"], ["gem_beta=0.0 is invalid"]),
+    "reference_without_anchored_loss": (
+        ["--loss", "dft", "--anchor_reference", "/nonexistent/model"],
+        ["anchor_reference='/nonexistent/model' has no effect with loss='dft'", "`loss: asft`"],
+    ),
 }
 
 
@@ -453,3 +457,25 @@ def test_cost_embedding_with_another_vocabulary_is_refused_while_parsing(wheel_v
         line
     )
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_trl_sft_asft_with_another_checkpoint_as_the_reference(wheel_venv, tiny, tmp_path):
+    """`--anchor_reference <folder>`: that checkpoint anchors the KL, so it is far from 0 from the first step (the
+    starting model as the reference gives 0 there: tests/trl/test_anchored.py)."""
+    other = build_tiny_llama(tmp_path / "other", seed=1)
+    flags = ["sft", "--loss", "asft", "--anchor_reference", str(other), "--anchor_kl_weight", "0.5"]
+    out = run_cli([wheel_venv.trl, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    assert out.returncode == 0, tail(out)
+    logs, args = _trained(tmp_path / "out")
+    assert (args.loss, args.anchor_reference, args.anchor_kl_weight) == ("asft", str(other), 0.5)
+    assert all(entry["kl"] > 1e-4 for entry in logs), logs
+
+
+def test_reference_with_another_vocabulary_is_refused_while_parsing(wheel_venv, tiny, tmp_path):
+    other = build_tiny_llama(tmp_path / "other", vocab_size=280)
+    flags = ["sft", "--loss", "sft_kl", "--anchor_reference", str(other)]
+    out = run_cli([wheel_venv.trl, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    line = _one_line_error(out)
+    assert line.startswith(f"error: anchor_reference={str(other)!r}") and "vocabulary of 280" in line, line
+    assert "Loading" not in out.stderr and not (tmp_path / "out").exists()

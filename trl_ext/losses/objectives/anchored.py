@@ -22,13 +22,29 @@ from torch import Tensor
 
 from .. import validation
 from ..rowops import rowdot, softmax, subtract_at_target
-from ..spec import ChunkResult, FullLogits, LossSpec, Param, Rows, option
+from ..spec import ChunkResult, FullLogits, LossSpec, Option, Param, Rows, option
 
 KL_WEIGHT = Param(
     "kl_weight",
     0.1,
     validation.non_negative,
     "weight of the KL to the reference model, sum p_ref log(p_ref / p) per token",
+)
+
+#: The starting model as the reference (a frozen copy; with LoRA the model with its adapters off).
+INITIAL = "initial"
+#: Where the reference model comes from: not a parameter of the loss math (the reference enters the functional API
+#: as `reference_logits` / `reference_hidden`), resolved by the integrations (`trl_ext.anchor`).
+REFERENCE = Option(
+    "anchor_reference",
+    "reference_model",
+    INITIAL,
+    "The frozen reference model of 'asft' / 'sft_kl': 'initial' (the model as training starts; with LoRA the model "
+    "with its adapters off, no copy) or the folder of another checkpoint with the same vocabulary (config.json "
+    "vocab_size and tokenizer), loaded once, frozen, in the training dtype.",
+    validation.reference_source,
+    type=str,
+    from_model=True,
 )
 
 
@@ -67,6 +83,7 @@ def _spec(name: str, dft: bool, summary: str) -> LossSpec:
         reference=functools.partial(_reference, dft),
         params=(KL_WEIGHT,),
         options=(
+            REFERENCE,
             option(
                 KL_WEIGHT,
                 "anchor_kl_weight",
