@@ -401,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-published", action="store_true", help="leave the papers' numbers out")
     r.set_defaults(func=cmd_report)
     __import__("eval_tasks.bon_cli", fromlist=["add_commands"]).add_commands(sub)  # voting, reward
+    __import__("eval_tasks.open_ended_cli", fromlist=["add_commands"]).add_commands(sub)  # open-ended
     return parser
 
 
