@@ -13,6 +13,12 @@ from eval_tasks.lm_eval_tasks.best_of_n import (
     reward_bon_process_results,
 )
 from eval_tasks.lm_eval_tasks.code_harness import CodeTask, load_code_dataset
+from eval_tasks.lm_eval_tasks.open_ended import (
+    OpenEndedTask,
+    load_open_ended_dataset,
+    mauve_rounds,
+    oracle_ppl_rounds,
+)
 from eval_tasks.lm_eval_tasks.harness import (
     DiversityTask,
     ICLTask,
@@ -32,6 +38,10 @@ from eval_tasks.lm_eval_tasks.harness import (
 
 __all__ = [
     "CodeTask",
+    "OpenEndedTask",
+    "load_open_ended_dataset",
+    "mauve_rounds",
+    "oracle_ppl_rounds",
     "AlpacaEvalBONTask",
     "MathVotingTask",
     "load_alpacaeval_dataset",
