@@ -13,12 +13,6 @@ from eval_tasks.lm_eval_tasks.best_of_n import (
     reward_bon_process_results,
 )
 from eval_tasks.lm_eval_tasks.code_harness import CodeTask, load_code_dataset
-from eval_tasks.lm_eval_tasks.open_ended import (
-    OpenEndedTask,
-    load_open_ended_dataset,
-    mauve_rounds,
-    oracle_ppl_rounds,
-)
 from eval_tasks.lm_eval_tasks.harness import (
     DiversityTask,
     ICLTask,
@@ -34,6 +28,12 @@ from eval_tasks.lm_eval_tasks.harness import (
     load_mmlu_dataset,
     mmlu_process_results,
     subject_macro_mean,
+)
+from eval_tasks.lm_eval_tasks.open_ended import (
+    OpenEndedTask,
+    load_open_ended_dataset,
+    mauve_rounds,
+    oracle_ppl_rounds,
 )
 
 __all__ = [
