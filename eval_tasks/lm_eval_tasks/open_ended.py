@@ -36,7 +36,9 @@ def corpus_file(key: str, data_dir: str | None) -> Path | None:
     for ext in _EXTENSIONS:
         if (folder / f"test.{ext}").is_file():
             return folder / f"test.{ext}"
-    raise InputError(f"data_dir: no {folder}/test.<{'|'.join(_EXTENSIONS)}> for the {O.corpus(key).title} task.")
+    raise InputError(
+        f"data_dir: no {folder}/test.<{'|'.join(_EXTENSIONS)}> for the {O.corpus(key).title} task."
+    )
 
 
 def load_open_ended_dataset(distmatch_task: str, **options: Any) -> Any:
@@ -94,7 +96,9 @@ class OpenEndedTask(DistMatchTask):
             {"metric": "rougeL", "aggregation": "mean", "higher_is_better": True},
         ]
         if self.resolved.get("oracle_model"):
-            metrics.append({"metric": "oracle_ppl", "aggregation": oracle_ppl_rounds, "higher_is_better": False})
+            metrics.append(
+                {"metric": "oracle_ppl", "aggregation": oracle_ppl_rounds, "higher_is_better": False}
+            )
         config["metric_list"] = metrics
         config["metadata"]["mauve_featurizer"] = str(self.resolved["mauve_featurizer"])
 

@@ -41,7 +41,9 @@ def test_open_ended_tasks_generate_forced_length_and_score(open_ended_run) -> No
     for task, key in zip(TASKS, ("wikitext2", "ptb")):
         rows = _samples(out, task)
         spec = O.CORPORA[key]
-        rows_file = FIXTURES / ("wikitext2_test-00000-of-00001.parquet" if key == "wikitext2" else "ptb.test.txt")
+        rows_file = FIXTURES / (
+            "wikitext2_test-00000-of-00001.parquet" if key == "wikitext2" else "ptb.test.txt"
+        )
         expected = O.build_examples(O.read_corpus(key, rows_file), spec)
         assert [r["doc"]["prefix"] for r in rows] == [e.prefix for e in expected[:6]]
         config = results["configs"][task]
