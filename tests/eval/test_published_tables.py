@@ -1,7 +1,7 @@
 """Every published number in eval_tasks/published/*.json pinned to its paper's table text.
 
 The fixtures (tests/eval/fixtures/paper_tables/) are the table lines copied from the papers' text (EMO ICLR 2024:
-Tables 1, 2, 3, 6, 7, 8; GEM: Tables 1, 2 and 4 - 9, the Sec. 5.1 perplexity sentence) and from the GEM repository's
+Tables 1, 2, 3, 6-10; GEM: Tables 1, 2 and 4 - 9, the Sec. 5.1 perplexity sentence) and from the GEM repository's
 result.md. Each is parsed here into cells keyed by (table, benchmark, metric, method, base model); the JSON of each
 source must hold exactly those cells with exactly those values (a transposed digit, a missing or an extra cell
 fails), the repository file a subset of its table's rows, complete for every method it quotes.
@@ -61,6 +61,16 @@ _EMO_TABLES = {
     "emo_table6.txt": ("Table 6", ["LLaMa2-7B"] * 5, None),
     "emo_table7.txt": ("Table 7", ["LLaMa2-13B"] * 5, None),
     "emo_table8.txt": ("Table 8", ["OPT-2.7B"] * 5, None),
+    "emo_table9.txt": (
+        "Table 9",
+        [m for m in ("LLaMa-7B", "LLaMa-13B", "LLaMa2-7B", "LLaMa2-13B") for _ in range(2)],
+        {"AlpacaEval Win Rate(%)": ("alpacaeval", "win_rate")},
+    ),
+    "emo_table10.txt": (
+        "Table 10",
+        [m for m in ("LLaMa2-7B", "LLaMa2-13B") for _ in range(2)],
+        {"AlpacaEval Win Rate(%)": ("alpacaeval", "win_rate")},
+    ),
 }
 _GEM_TABLE2 = [
     (b, m)
@@ -235,7 +245,7 @@ def test_a_transposed_digit_is_found() -> None:
     assert mismatches({**published, key: 45.7}, table) == [f"{key}: published 45.7, table 47.5"]
     del published[key]
     assert mismatches(published, table) == [f"{key}: table 47.5, not published"]
-    assert len(table) == 264 and len(gem_cells()) == 53 + 6 * 40  # every cell of the copied tables parsed
+    assert len(table) == 264 + 12 and len(gem_cells()) == 53 + 6 * 40  # every cell of the copied tables parsed
 
 
 def test_report_shows_the_paper_cells_and_their_eight_task_mean() -> None:
