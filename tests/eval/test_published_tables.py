@@ -245,7 +245,9 @@ def test_a_transposed_digit_is_found() -> None:
     assert mismatches({**published, key: 45.7}, table) == [f"{key}: published 45.7, table 47.5"]
     del published[key]
     assert mismatches(published, table) == [f"{key}: table 47.5, not published"]
-    assert len(table) == 264 + 12 and len(gem_cells()) == 53 + 6 * 40  # every cell of the copied tables parsed
+    assert (
+        len(table) == 264 + 12 and len(gem_cells()) == 53 + 6 * 40
+    )  # every cell of the copied tables parsed
 
 
 def test_report_shows_the_paper_cells_and_their_eight_task_mean() -> None:
