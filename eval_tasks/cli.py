@@ -402,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_report)
     __import__("eval_tasks.bon_cli", fromlist=["add_commands"]).add_commands(sub)  # voting, reward
     __import__("eval_tasks.open_ended_cli", fromlist=["add_commands"]).add_commands(sub)  # open-ended
+    __import__("eval_tasks.alpacaeval", fromlist=["add_commands"]).add_commands(sub)  # alpacaeval
     return parser
 
 
