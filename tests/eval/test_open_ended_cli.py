@@ -116,3 +116,24 @@ def test_score_bad_input(tmp_path, capsys) -> None:
     assert "--max-text-length must be >= 1" in capsys.readouterr().err
     assert main(["open-ended", "prompts", "--corpus", "wt2", "-o", str(tmp_path / "p.jsonl")]) == 2
     assert "--corpus 'wt2': unknown; accepted:" in capsys.readouterr().err
+
+
+def test_report_keeps_the_open_ended_scales(tmp_path) -> None:
+    """lm-eval results of an open-ended task: MAUVE / ROUGE already x100 and the oracle perplexity raw stay as they
+    are in the report (fractions such as acc are the ones scaled x100)."""
+    from eval_tasks.report.collect import collect_run
+
+    results = {
+        "results": {"distmatch_open_ended_ptb": {"alias": "ptb", "mauve,none": 81.5, "rouge1,none": 31.25,
+                                                 "rougeL,none": 20.5, "oracle_ppl,none": 55.0}},
+        "configs": {"distmatch_open_ended_ptb": {"metadata": {}}},
+        "versions": {},
+    }  # fmt: skip
+    path = tmp_path / "results_x.json"
+    path.write_text(json.dumps(results))
+    run = collect_run("mine", [path])
+    got = run.lm_eval["distmatch_open_ended_ptb"]
+    got = got.get("metrics", got)
+    assert {k: got[k] for k in ("mauve", "rouge1", "rougeL", "oracle_ppl")} == {
+        "mauve": 81.5, "rouge1": 31.25, "rougeL": 20.5, "oracle_ppl": 55.0,
+    }  # fmt: skip
