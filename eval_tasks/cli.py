@@ -71,6 +71,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
+        min_new_tokens=args.min_new_tokens,
     )
     sampling.check()
     if args.batch_size < 1:
@@ -290,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=GEM_GENERATION["top_k"], help="0 = off")
     g.add_argument("--top-p", type=float, default=GEM_GENERATION["top_p"])
     g.add_argument("--max-new-tokens", type=int, default=GEM_GENERATION["max_new_tokens"])
+    g.add_argument(
+        "--min-new-tokens",
+        type=int,
+        default=0,
+        help="block end-of-sequence until this many new tokens (forced length; 0 = off)",
+    )
     g.add_argument("--seed", type=int, default=42)
     g.add_argument("--batch-size", type=int, default=4, help="prompts per generate call (each x K sequences)")
     g.add_argument("--chat-template", choices=("auto", "always", "never"), default="auto")
@@ -394,6 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-published", action="store_true", help="leave the papers' numbers out")
     r.set_defaults(func=cmd_report)
     __import__("eval_tasks.bon_cli", fromlist=["add_commands"]).add_commands(sub)  # voting, reward
+    __import__("eval_tasks.open_ended_cli", fromlist=["add_commands"]).add_commands(sub)  # open-ended
+    __import__("eval_tasks.alpacaeval", fromlist=["add_commands"]).add_commands(sub)  # alpacaeval
     return parser
 
 

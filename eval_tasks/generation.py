@@ -50,6 +50,9 @@ class Sampling:
     top_p: float = GEM_GENERATION["top_p"]
     max_new_tokens: int = GEM_GENERATION["max_new_tokens"]
     seed: int = 42
+    #: the end-of-sequence token is blocked until this many new tokens (EMO's open-ended protocol forces the length:
+    #: ``min_new_tokens = L``, ``max_new_tokens = L + 1``); 0 = off
+    min_new_tokens: int = 0
 
     def check(self) -> None:
         """Raise :class:`InputError` for values no backend accepts."""
@@ -57,6 +60,11 @@ class Sampling:
             raise InputError("--num-samples must be >= 1 (diversity needs >= 2).")
         if self.max_new_tokens < 1:
             raise InputError("--max-new-tokens and --batch-size must be >= 1.")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise InputError(
+                f"--min-new-tokens {self.min_new_tokens}: must be >= 0 and <= --max-new-tokens "
+                f"({self.max_new_tokens})."
+            )
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise InputError("need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0 (0 = off).")
 
@@ -177,6 +185,8 @@ def hf_generate(
     device = next(model.parameters()).device
     greedy = sampling.temperature == 0
     kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_new_tokens}
+    if sampling.min_new_tokens:
+        kwargs["min_new_tokens"] = sampling.min_new_tokens
     if greedy:  # one greedy continuation, repeated K times (all K would be identical)
         kwargs.update(do_sample=False, num_return_sequences=1)
     else:
@@ -211,6 +221,7 @@ def vllm_engine(model: str, sampling: Sampling, dtype: str = "auto") -> tuple[An
         top_k=sampling.top_k if sampling.top_k > 0 else -1,
         top_p=sampling.top_p,
         max_tokens=sampling.max_new_tokens,
+        min_tokens=sampling.min_new_tokens,
         seed=sampling.seed,
     )
     return engine, params

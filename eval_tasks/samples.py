@@ -165,6 +165,7 @@ SETTING_FLAGS: dict[str, str] = {
     "top_k": "--top-k",
     "top_p": "--top-p",
     "max_new_tokens": "--max-new-tokens",
+    "min_new_tokens": "--min-new-tokens",
     "seed": "--seed",
     "chat_template_mode": "--chat-template",
     "benchmark": "--benchmark",

@@ -57,8 +57,8 @@ __all__ = [
 ]
 
 #: Task families: the seven retrieval tasks, MMLU, IFEval, the two creative-writing tasks, the two code tasks,
-#: GSM8K / MATH voting, AlpacaEval best-of-n.
-FAMILIES = ("icl", "mmlu", "ifeval", "creative", "code", "math", "chat_bon")
+#: GSM8K / MATH voting, AlpacaEval best-of-n, EMO's open-ended generation (MAUVE).
+FAMILIES = ("icl", "mmlu", "ifeval", "creative", "code", "math", "chat_bon", "open_ended")
 #: The families as the messages name them.
 FAMILY_NAMES = {
     "icl": "NLU retrieval tasks",
@@ -68,6 +68,7 @@ FAMILY_NAMES = {
     "code": "code generation",
     "math": "GSM8K / MATH voting",
     "chat_bon": "AlpacaEval best-of-n",
+    "open_ended": "open-ended generation",
 }
 _NLU = ("icl", "mmlu")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "none", "")
@@ -126,6 +127,7 @@ _ICL = "NLU retrieval tasks"
 _CREATIVE = "creative writing"
 _CODE = "code tasks (HumanEval, MBPP+)"
 _TTS = "GSM8K / MATH / AlpacaEval best-of-n tasks"
+_OPEN = "open-ended generation tasks"
 
 #: Every option of the distmatch tasks, in the order the docs list them. Keep in one place: everything reads it.
 TASK_OPTIONS: dict[str, TaskOption] = {
@@ -136,10 +138,10 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             FAMILIES,
             "default",
             ("default", "emo_official", "gem_official"),
-            "a preset of the options below: emo_official (EMO Table 3, NLU tasks), gem_official (GEM Table 2, "
-            "creative writing; GEM Tables 4, 5, 7, 8: best-of-n and voting; GEM Tables 6 and 9, code)",
+            "a preset of the options below: emo_official (EMO Table 3, NLU tasks; Tables 1-2, open-ended), "
+            "gem_official (GEM Table 2, creative writing; GEM Tables 4, 5, 7, 8: best-of-n and voting; GEM Tables 6 and 9, code)",
             tasks="NLU retrieval tasks, MMLU, IFEval, creative writing, GSM8K / MATH / AlpacaEval best-of-n tasks, "
-            "code tasks",
+            "code tasks, open-ended tasks",
         ),
         TaskOption(
             "retriever_model",
@@ -219,13 +221,13 @@ TASK_OPTIONS: dict[str, TaskOption] = {
         ),
         TaskOption(
             "data_dir",
-            ("icl", "mmlu", "ifeval", "code", "math", "chat_bon"),
+            ("icl", "mmlu", "ifeval", "code", "math", "chat_bon", "open_ended"),
             None,
             None,
             "local copies of the datasets (<dir>/<task>/<split>.jsonl) instead of the Hub",
             env="DISTMATCH_EVAL_DATA_DIR",
             path="dir",
-            tasks="NLU, MMLU, IFEval, code tasks, GSM8K, MATH, AlpacaEval",
+            tasks="NLU, MMLU, IFEval, code tasks, GSM8K, MATH, AlpacaEval, open-ended tasks",
         ),
         TaskOption(
             "num_samples", ("creative",), 16, None, "samples per prompt", kind=int, minimum=2, tasks=_CREATIVE
@@ -370,6 +372,22 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             minimum=1,
             tasks="AlpacaEval best-of-n task",
         ),
+        TaskOption(
+            "mauve_featurizer",
+            ("open_ended",),
+            "lm:gpt2-large",
+            None,
+            "MAUVE features: lm:<model> (EMO: gpt2-large, 256 tokens), sbert:<model> or sbert",
+            tasks=_OPEN,
+        ),
+        TaskOption(
+            "oracle_model",
+            ("open_ended",),
+            None,
+            None,
+            "causal LM for PPL_oracle (Table 2: gpt2-large)",
+            tasks=_OPEN,
+        ),
     )
 }
 
@@ -377,8 +395,8 @@ TASK_OPTIONS: dict[str, TaskOption] = {
 PROTOCOLS: dict[str, dict[str, Any]] = {
     "default": {"families": FAMILIES, "settings": {}},
     "emo_official": {
-        "families": _NLU,
-        "title": "EMO Table 3 (OpenICL / OpenCompass, the EMO repository's icl.py)",
+        "families": (*_NLU, "open_ended"),
+        "title": "EMO Table 3 (OpenICL / OpenCompass, the EMO repository's icl.py); Tables 1-2 (test_utils.py)",
         "settings": {
             "template": "emo_code",
             "openicl_round_trip": True,
@@ -428,7 +446,7 @@ def family_of_task(task: str) -> str | None:
         "gsm8k": "math",
         "math": "math",
         "alpacaeval_bon": "chat_bon",
-    }.get(short)
+    }.get(short, "open_ended" if short.startswith("open_ended_") else None)
 
 
 def parse_bool(value: Any, name: str = "option") -> bool:

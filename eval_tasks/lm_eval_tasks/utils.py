@@ -29,9 +29,19 @@ from eval_tasks.lm_eval_tasks.harness import (
     mmlu_process_results,
     subject_macro_mean,
 )
+from eval_tasks.lm_eval_tasks.open_ended import (
+    OpenEndedTask,
+    load_open_ended_dataset,
+    mauve_rounds,
+    oracle_ppl_rounds,
+)
 
 __all__ = [
     "CodeTask",
+    "OpenEndedTask",
+    "load_open_ended_dataset",
+    "mauve_rounds",
+    "oracle_ppl_rounds",
     "AlpacaEvalBONTask",
     "MathVotingTask",
     "load_alpacaeval_dataset",

@@ -113,20 +113,26 @@ def mauve_score(
     kmeans_max_iter: int = 500,
     batch_size: int = 32,
     device: str | None = None,
+    max_text_length: int = 1024,
 ) -> dict[str, Any]:
     """MAUVE between human texts P and model texts Q, x100 (the EMO paper's scale), via ``mauve-text``.
 
     Features come from `featurizer` (see :func:`text_features`) unless given. Returns ``mauve``,
     ``frontier_integral`` (x100), ``num_buckets``, ``featurizer``. MAUVE is only comparable between runs scored
     with the same featurizer, number of texts and settings; the papers used gpt2-large features.
+    `max_text_length`: tokens kept per text by a language-model featurizer (mauve-text's default 1024; EMO: 256).
     """
     mauve = require("mauve", extra=_EVAL, feature="MAUVE (package mauve-text)")
     if p_features is None:
         p_texts = _check_mauve_texts(p_texts, "p_texts (human / reference texts)")
-        p_features = text_features(p_texts, featurizer, batch_size=batch_size, device=device)
+        p_features = text_features(
+            p_texts, featurizer, batch_size=batch_size, max_length=max_text_length, device=device
+        )
     if q_features is None:
         q_texts = _check_mauve_texts(q_texts, "q_texts (model texts)")
-        q_features = text_features(q_texts, featurizer, batch_size=batch_size, device=device)
+        q_features = text_features(
+            q_texts, featurizer, batch_size=batch_size, max_length=max_text_length, device=device
+        )
     if len(p_features) < 2 or len(q_features) < 2:
         raise DiversityInputError(
             "MAUVE needs at least 2 texts on each side (use hundreds for stable numbers)."

@@ -34,6 +34,9 @@ NOT_FRACTIONS = frozenset(
         "word_perplexity",
         "byte_perplexity",
         "bits_per_byte",
+        "rouge1",  # the open-ended tasks report ROUGE x100 and the oracle perplexity raw
+        "rougeL",
+        "oracle_ppl",
     }
 )
 METRIC_TITLES = {

@@ -268,6 +268,7 @@ def test_generate_vllm_backend_with_stub(models, prompts_file, tmp_path, monkeyp
         "top_k": 50,
         "top_p": 0.9,
         "max_tokens": 12,
+        "min_tokens": 0,
         "seed": 42,
     }
     assert calls["engine"]["model"] == str(models["ce"])
@@ -428,12 +429,13 @@ def test_generate_refuses_an_existing_output_unless_overwrite(
         (["--top-p", "0.5"], "--top-p recorded 0.9, requested 0.5"),
         (["--max-new-tokens", "8"], "--max-new-tokens recorded 12, requested 8"),
         (["--seed", "7"], "--seed recorded 42, requested 7"),
+        (["--min-new-tokens", "3"], "--min-new-tokens recorded 0, requested 3"),
         (["--chat-template", "never"], '--chat-template recorded "auto", requested "never"'),
         (["--benchmark", "gem_story"], '--benchmark recorded "gem_poem", requested "gem_story"'),
         (["--model", "gem"], "--model recorded "),
         (["--prompts", "copy"], "--prompts recorded "),
     ],
-    ids=["k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat_template", "benchmark", "model",
+    ids=["k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "min_new_tokens", "chat_template", "benchmark", "model",
          "prompts"],
 )  # fmt: skip
 def test_generate_resume_refuses_other_settings(

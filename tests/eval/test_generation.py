@@ -55,7 +55,8 @@ def test_generation_meta() -> None:
         num_prompts_in_file=9,
     )
     assert list(meta) == [
-        "model", "backend", "num_samples", "temperature", "top_k", "top_p", "max_new_tokens", "seed",
+        "model", "backend", "num_samples", "temperature", "top_k", "top_p", "max_new_tokens", "min_new_tokens",
+        "seed",
         "chat_template_mode", "benchmark", "prompts_file", "num_prompts_in_file",
     ]  # fmt: skip
     assert meta["chat_template_mode"] == "auto"  # the --chat-template flag (the default)
@@ -121,6 +122,36 @@ def test_hf_batches_rows_seeding_and_resume(tiny) -> None:
     assert resumed[0]["samples"] == rows[2]["samples"]
     other_seed = _generate(tiny, records, G.Sampling(num_samples=3, max_new_tokens=5, seed=12))
     assert [r["samples"] for b in other_seed for r in b] != [r["samples"] for r in rows]
+
+
+def test_min_new_tokens_forces_the_length(tiny) -> None:
+    """A model that wants to stop at once (EOS logit +50): without --min-new-tokens every sample is empty after one
+    step; with min 6 / max 7 (EMO's forced length, ancestral top-k 0 / top-p 1) it runs 6 steps, then stops."""
+    model, tokenizer = tiny
+    model = copy.deepcopy(model)
+    steps = []
+
+    def boost_eos(module, inputs, output):
+        steps.append(1)
+        output[..., tokenizer.eos_token_id] += 50.0
+        return output
+
+    model.lm_head.register_forward_hook(boost_eos)
+    record = [{"id": "t", "text": "the river"}]
+    free = G.Sampling(num_samples=2, top_k=0, top_p=1.0, max_new_tokens=7)
+    (batch,) = _generate((model, tokenizer), record, free)
+    assert batch[0]["samples"] == ["", ""] and len(steps) == 1
+    steps.clear()
+    forced = G.Sampling(num_samples=2, top_k=0, top_p=1.0, max_new_tokens=7, min_new_tokens=6)
+    (batch,) = _generate((model, tokenizer), record, forced)
+    assert len(steps) == 7  # 6 forced tokens, then EOS at the 7th step
+    for text in batch[0]["samples"]:
+        assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) >= 1
+
+
+def test_min_new_tokens_above_max_is_refused() -> None:
+    with pytest.raises(InputError, match=r"--min-new-tokens 9: must be >= 0 and <= --max-new-tokens \(8\)"):
+        G.Sampling(max_new_tokens=8, min_new_tokens=9).check()
 
 
 def test_hf_greedy_repeats_one_continuation(tiny) -> None:

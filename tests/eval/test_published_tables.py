@@ -1,8 +1,9 @@
 """Every published number in eval_tasks/published/*.json pinned to its paper's table text.
 
 The fixtures (tests/eval/fixtures/paper_tables/) are the table lines copied from the papers' text (EMO ICLR 2024:
-Tables 1, 2, 3, 6, 7, 8; GEM: Tables 1, 2 and 4 - 9, the Sec. 5.1 perplexity sentence, the Sec. 5.2 sentences with
-Figures 3 and 4's differences) and from the GEM repository's result.md. Each is parsed here into cells keyed by (table, benchmark, metric, method, base model); the JSON of each
+Tables 1, 2, 3, 6-10; GEM: Tables 1, 2 and 4 - 9, the Sec. 5.1 perplexity sentence, the Sec. 5.2 sentences with
+Figures 3 and 4's differences) and from the GEM repository's result.md. Each is parsed here into cells keyed by
+(table, benchmark, metric, method, base model); the JSON of each
 source must hold exactly those cells with exactly those values (a transposed digit, a missing or an extra cell
 fails), the repository file a subset of its table's rows, complete for every method it quotes.
 """
@@ -61,6 +62,16 @@ _EMO_TABLES = {
     "emo_table6.txt": ("Table 6", ["LLaMa2-7B"] * 5, None),
     "emo_table7.txt": ("Table 7", ["LLaMa2-13B"] * 5, None),
     "emo_table8.txt": ("Table 8", ["OPT-2.7B"] * 5, None),
+    "emo_table9.txt": (
+        "Table 9",
+        [m for m in ("LLaMa-7B", "LLaMa-13B", "LLaMa2-7B", "LLaMa2-13B") for _ in range(2)],
+        {"AlpacaEval Win Rate(%)": ("alpacaeval", "win_rate")},
+    ),
+    "emo_table10.txt": (
+        "Table 10",
+        [m for m in ("LLaMa2-7B", "LLaMa2-13B") for _ in range(2)],
+        {"AlpacaEval Win Rate(%)": ("alpacaeval", "win_rate")},
+    ),
 }
 _GEM_TABLE2 = [
     (b, m)
@@ -268,7 +279,7 @@ def test_a_transposed_digit_is_found() -> None:
     del published[key]
     assert mismatches(published, table) == [f"{key}: table 47.5, not published"]
     # every cell of the copied tables parsed (GEM: Tables 1, 2, Sec. 5.1; Tables 4-9; the Figure 3 / 4 sentences)
-    assert len(table) == 264 and len(gem_cells()) == 53 + 6 * 40 + 24
+    assert len(table) == 264 + 12 and len(gem_cells()) == 53 + 6 * 40 + 24
 
 
 def test_figure_3_and_4_text_agrees_with_tables_7_to_9() -> None:

@@ -90,7 +90,7 @@ def test_options_a_task_does_not_read_table_checks() -> None:
         (
             "distmatch_creative",
             {"protocol": "emo_official"},
-            "protocol='emo_official' is for the NLU retrieval tasks and MMLU tasks, not distmatch_creative",
+            "protocol='emo_official' is for the NLU retrieval tasks, MMLU and open-ended generation tasks, not distmatch_creative",
         ),
         ("distmatch_sst2", {"template": "paper"}, None),  # control: valid options, the missing model is found
     ],

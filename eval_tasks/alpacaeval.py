@@ -1,0 +1,174 @@
+"""AlpacaEval (EMO Tables 9-10): prompts for ``distmatch-eval generate``, the model's outputs in AlpacaEval's
+``model_outputs.json`` format, and the judge's annotations read back into a win rate.
+
+The judging itself (AlpacaEval 1: ``alpaca_eval --model_outputs ... --annotators_config alpaca_eval_gpt4`` against
+the ``text_davinci_003`` reference outputs) runs outside, with the user's judge and API key.
+
+* ``alpacaeval prompts``: the evaluation set (AlpacaEval's JSON list of ``instruction`` / ``output`` /
+  ``generator`` / ``dataset`` records) -> prompt records in the Stanford-Alpaca format the EMO models were trained
+  with (``text``), keeping the instruction (``instruction``) and its subset (``dataset``);
+* ``alpacaeval export``: a generate output -> ``[{"instruction", "output", "generator", "dataset"}]`` (sample 0);
+* ``alpacaeval winrate``: an ``annotations.json`` -> win rate of a generator: preference 1 = the reference wins,
+  2 = the model wins, 1.5 (or 0) = a draw; win rate = 100 x mean(preference - 1) over the judged pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from eval_tasks import samples
+from eval_tasks.samples import InputError
+
+__all__ = ["ALPACA_PROMPT", "add_commands", "export_outputs", "prompt_records", "win_rate"]
+
+#: The Stanford-Alpaca prompt without an input (the format the EMO instruction-tuned models were trained in).
+ALPACA_PROMPT = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+    "\n\n### Instruction:\n{instruction}\n\n### Response:"
+)
+
+
+def _read_list(path: str | Path, what: str) -> list[Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"{what} {file}: no such file.")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        data = samples.read_jsonl(file)
+    if not isinstance(data, list):
+        raise InputError(f"{what} {file}: expected a JSON list of records.")
+    return data
+
+
+def prompt_records(eval_set: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Generate prompt records of AlpacaEval's evaluation set (one per instruction, in its order)."""
+    out = []
+    for i, row in enumerate(eval_set):
+        if not isinstance(row, Mapping) or not isinstance(row.get("instruction"), str):
+            raise InputError(f"evaluation set: record #{i} has no 'instruction' string.")
+        out.append(
+            {
+                "id": f"alpacaeval-{i}",
+                "instruction": row["instruction"],
+                "text": ALPACA_PROMPT.format(instruction=row["instruction"]),
+                "dataset": row.get("dataset", "alpaca_eval"),
+            }
+        )
+    return out
+
+
+def export_outputs(
+    rows: Sequence[Mapping[str, Any]], generator: str, prompts: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """AlpacaEval ``model_outputs`` of a generate output (the first sample of each prompt, stripped); `prompts`:
+    the prompt records (:func:`prompt_records`), which hold each id's instruction and subset."""
+    by_id = {str(p.get("id")): p for p in prompts}
+    out = []
+    for i, row in enumerate(rows):
+        outs, prompt = row.get("samples"), by_id.get(str(row.get("id")))
+        if prompt is None or "instruction" not in prompt:
+            raise InputError(
+                f"samples: record #{i} (id {row.get('id')!r}) is not in the alpacaeval prompts file."
+            )
+        if not isinstance(outs, list) or not outs:
+            raise InputError(f"samples: record #{i} needs a non-empty 'samples' list.")
+        out.append(
+            {
+                "instruction": prompt["instruction"],
+                "output": str(outs[0]).strip(),
+                "generator": generator,
+                "dataset": prompt.get("dataset", "alpaca_eval"),
+            }
+        )
+    return out
+
+
+def win_rate(annotations: Sequence[Mapping[str, Any]], generator: str | None = None) -> dict[str, Any]:
+    """Win rate (x100) of `generator` (default: the only ``generator_2``) over the reference in `annotations`."""
+    names = {str(a.get("generator_2")) for a in annotations if isinstance(a, Mapping)}
+    if generator is None:
+        if len(names) != 1:
+            raise InputError(
+                f"annotations: several generators ({', '.join(sorted(names))}); pass --generator."
+            )
+        generator = names.pop()
+    prefs, unjudged = [], 0
+    for a in annotations:
+        if str(a.get("generator_2")) != generator:
+            continue
+        p = a.get("preference")
+        if p is None:
+            unjudged += 1
+            continue
+        p = 1.5 if float(p) == 0 else float(p)
+        if not 1 <= p <= 2:
+            raise InputError(
+                f"annotations: preference {p!r} outside 1..2 (1 = reference wins, 2 = model wins)."
+            )
+        prefs.append(p)
+    if not prefs:
+        raise InputError(f"annotations: no judged pair for generator {generator!r}.")
+    return {
+        "generator": generator,
+        "reference": sorted(
+            {str(a.get("generator_1")) for a in annotations if a.get("generator_2") == generator}
+        ),
+        "annotator": sorted(
+            {str(a.get("annotator")) for a in annotations if a.get("generator_2") == generator}
+        ),
+        "win_rate": 100.0 * statistics.fmean(p - 1 for p in prefs),
+        "n_wins": sum(p > 1.5 for p in prefs),
+        "n_wins_base": sum(p < 1.5 for p in prefs),
+        "n_draws": sum(p == 1.5 for p in prefs),
+        "n_total": len(prefs),
+        "n_unjudged": unjudged,
+    }
+
+
+def cmd_alpacaeval(args: argparse.Namespace) -> int:
+    if args.step == "prompts":
+        records = prompt_records(_read_list(args.eval_set, "--eval-set"))
+        samples.write_jsonl(args.output, records)
+    elif args.step == "export":
+        rows, prompts = samples.read_jsonl(args.samples), samples.read_jsonl(args.prompts)
+        Path(args.output).write_text(
+            json.dumps(export_outputs(rows, args.generator, prompts), indent=2) + "\n"
+        )
+    else:
+        samples.write_json(args.output, win_rate(_read_list(args.annotations, "annotations"), args.generator))
+    print(f"distmatch-eval alpacaeval {args.step}: -> {args.output}", file=sys.stderr)
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``alpacaeval`` (``prompts``, ``export``, ``winrate``) on distmatch-eval's subparsers."""
+    sub.metavar = (sub.metavar or "").rstrip("}") + ",alpacaeval}"
+    top = sub.add_parser(
+        "alpacaeval", help="AlpacaEval: Alpaca-format prompts, outputs export, annotations -> win rate"
+    )
+    steps = top.add_subparsers(dest="step", required=True, metavar="{prompts,export,winrate}")
+    p = steps.add_parser(
+        "prompts", help="AlpacaEval evaluation set -> generate prompts (Stanford-Alpaca format)"
+    )
+    p.add_argument(
+        "--eval-set", required=True, help="AlpacaEval's evaluation set (JSON list with 'instruction')"
+    )
+    p.add_argument("-o", "--output", required=True)
+    e = steps.add_parser("export", help="generate JSONL -> AlpacaEval model_outputs.json")
+    e.add_argument("samples", help="distmatch-eval generate output of the alpacaeval prompts")
+    e.add_argument("--generator", required=True, help="the model's name in the outputs")
+    e.add_argument("--prompts", required=True, help="the alpacaeval prompts JSONL (instructions and subsets)")
+    e.add_argument("-o", "--output", required=True)
+    w = steps.add_parser("winrate", help="alpaca_eval annotations.json -> win rate JSON")
+    w.add_argument("annotations", help="annotations.json written by alpaca_eval")
+    w.add_argument("--generator", help="generator_2 to score (default: the only one)")
+    w.add_argument("-o", "--output", required=True)
+    for parser in (p, e, w):
+        parser.set_defaults(func=cmd_alpacaeval)

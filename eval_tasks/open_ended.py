@@ -1,0 +1,215 @@
+"""EMO's open-ended generation benchmark (Tables 1, 2 and 4): the six corpora, the line filter and the word-level
+prefix / human-reference split of the authors' ``language_modeling/test_utils.py`` (``test_batch``).
+
+For each corpus the script scans the first ``eval_num`` rows of the test split in batches of 64, keeps a row only
+if it has at least 100 characters, at least ``prefix + continuation + 10`` space-separated words and no ``"=="``,
+takes the first ``prefix`` words (split on ``" "``, joined with ``" "``) as the prompt and the prompt + ``" "`` + the
+next ``continuation`` words as the human text P. The model text Q is the prompt + ``" "`` + the decoded new tokens
+(the script strips the prompt's characters from the decoded sequence; both sides carry the prefix). Generation is
+ancestral (top-k 0, top-p 1, temperature 1) with ``min_new_tokens = L`` and ``max_new_tokens = L + 1``.
+
+Corpora are read from local files in each dataset's own format (:func:`read_corpus`); WebText and WritingPrompts
+have no Hub id (MixCE's split files), the others are read from their Hub copies (``datasets``) when no file is given.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval_tasks.samples import InputError
+
+__all__ = [
+    "CORPORA",
+    "SCAN_BATCH",
+    "Corpus",
+    "Example",
+    "build_examples",
+    "keep_row",
+    "model_text",
+    "prompt_records",
+    "read_corpus",
+    "rows_scanned",
+    "split_row",
+]
+
+#: the script reads the test split in slices of this many rows (``BS = 64``), the last slice past ``eval_num``.
+SCAN_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """One corpus of Table 4: where its test split lives and how it is cut."""
+
+    key: str
+    title: str
+    prefix_words: int  #: prompt length in words (Table 4 "prefix")
+    continuation_words: int  #: human reference length in words after the prefix
+    new_tokens: int  #: generation length L in tokens (min L, max L + 1)
+    eval_num: int  #: test rows the script scans (before its slicing rounds up to a multiple of 64)
+    column: str  #: the text column (PTB: ``sentence``)
+    hub_path: str | None  #: ``datasets`` id of the test split (None: MixCE split files only)
+    hub_name: str | None = None
+
+
+#: Table 4 with the script's ``eval_num`` per branch (``'wiki'`` / ``'ptb'`` / ``'ag'`` in the dataset name: 4,000;
+#: the train-file branch for WebText / WritingPrompts: 5,000).
+CORPORA: dict[str, Corpus] = {
+    c.key: c
+    for c in (
+        Corpus(
+            "wikitext2", "WikiText-2", 20, 80, 80, 4000, "text", "Salesforce/wikitext", "wikitext-2-raw-v1"
+        ),
+        Corpus(
+            "wikitext103",
+            "WikiText-103",
+            20,
+            80,
+            80,
+            4000,
+            "text",
+            "Salesforce/wikitext",
+            "wikitext-103-raw-v1",
+        ),
+        Corpus("webtext", "WebText", 20, 80, 80, 5000, "text", None),
+        Corpus("ptb", "Penn Treebank", 5, 25, 25, 4000, "sentence", "ptb_text_only", "penn_treebank"),
+        Corpus("writingprompts", "WritingPrompts", 35, 80, 80, 5000, "text", None),
+        Corpus("ag_news", "AG News", 10, 30, 30, 4000, "text", "fancyzhx/ag_news"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One kept test row: the prompt (prefix) and the human text P (prefix + " " + continuation)."""
+
+    row: int  #: index of the row in the test split
+    prefix: str
+    reference: str
+
+
+def corpus(key: str) -> Corpus:
+    """The :data:`CORPORA` entry `key`, or one clear error naming the accepted keys."""
+    if key not in CORPORA:
+        raise InputError(f"--corpus {key!r}: unknown; accepted: {', '.join(CORPORA)}.")
+    return CORPORA[key]
+
+
+def rows_scanned(spec: Corpus, num_rows: int) -> int:
+    """How many rows the script's loop reads: ``eval_num`` capped at the split size, then rounded up to the
+    64-row slices (``val_set['text'][i:i+64]`` for ``i < eval_num``), capped again at the split size."""
+    eval_num = min(spec.eval_num, num_rows)
+    return min(num_rows, math.ceil(eval_num / SCAN_BATCH) * SCAN_BATCH)
+
+
+def keep_row(text: str, spec: Corpus) -> bool:
+    """The script's filter: >= 100 characters, >= prefix + continuation + 10 words (split on " "), no ``"=="``."""
+    if len(text) < 100 or "==" in text:
+        return False
+    return len(text.split(" ")) >= spec.prefix_words + spec.continuation_words + 10
+
+
+def split_row(text: str, spec: Corpus) -> tuple[str, str]:
+    """(prefix, human text P) of a kept row: words are split on a single space, so a leading space gives an
+    empty first word (WikiText lines start with one) exactly as in the script."""
+    words = text.split(" ")
+    prefix = " ".join(words[: spec.prefix_words])
+    continuation = " ".join(words[spec.prefix_words : spec.prefix_words + spec.continuation_words])
+    return prefix, prefix + " " + continuation
+
+
+def build_examples(texts: Sequence[str], spec: Corpus) -> list[Example]:
+    """The kept examples of a test split given as its rows' texts, in row order."""
+    out = []
+    for row in range(rows_scanned(spec, len(texts))):
+        text = texts[row]
+        if not isinstance(text, str):
+            raise InputError(f"{spec.title}: row {row} has no text ({type(text).__name__}).")
+        if keep_row(text, spec):
+            prefix, reference = split_row(text, spec)
+            out.append(Example(row, prefix, reference))
+    return out
+
+
+def model_text(prefix: str, continuation: str) -> str:
+    """Q as the script builds it: the prefix + " " + the decoded new tokens (which usually start with their own
+    space, so Q often has two spaces after the prefix)."""
+    return prefix + " " + continuation
+
+
+def prompt_records(examples: Iterable[Example], spec: Corpus) -> list[dict[str, Any]]:
+    """``distmatch-eval generate`` prompt records: ``text`` (the prefix, continued without a chat template) and
+    ``reference`` (P)."""
+    return [
+        {"id": f"{spec.key}-{e.row}", "text": e.prefix, "reference": e.reference, "corpus": spec.key}
+        for e in examples
+    ]
+
+
+def _read_lines(path: Path) -> list[str]:
+    # the original releases (wiki.test.raw, ptb.test.txt, MixCE .txt): one row per line, line end removed
+    with path.open(encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def _read_json_rows(path: Path, column: str) -> list[Any]:
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(rows, dict):
+            rows = rows.get("data", rows.get("rows"))
+    if not isinstance(rows, list):
+        raise InputError(f"{path}: expected a JSON list of records (or JSON lines).")
+    return [_column(r, column, path, i) for i, r in enumerate(rows)]
+
+
+def _column(record: Any, column: str, path: Path, index: int) -> Any:
+    if isinstance(record, str):
+        return record
+    for name in (column, "text", "sentence"):
+        if isinstance(record, dict) and name in record:
+            return record[name]
+    raise InputError(f"{path}: record #{index} has no {column!r} field.")
+
+
+def read_corpus(key: str, path: str | os.PathLike[str] | None = None) -> list[str]:
+    """The test split's rows (texts) of corpus `key`.
+
+    `path`: a local copy in the dataset's own format: ``.parquet`` (the Hub's files: WikiText ``text``, PTB
+    ``sentence``, AG News ``text``), ``.jsonl`` / ``.json`` (GPT-2 output-dataset WebText records, MixCE splits:
+    field ``text``), or a text file (``wiki.test.raw``, ``ptb.test.txt``, MixCE ``.txt``: one row per line). Without
+    `path`, the Hub copy through ``datasets`` (WebText and WritingPrompts need a file).
+    """
+    spec = corpus(key)
+    if path is None:
+        if spec.hub_path is None:
+            raise InputError(
+                f"--data: {spec.title} has no Hub copy; give its test split file (MixCE split: .jsonl/.json/.txt)."
+            )
+        from distmatch.optional import require
+
+        datasets = require("datasets", extra="eval", feature="open-ended corpora")
+        args = {"path": spec.hub_path, "split": "test"}
+        if spec.hub_name:
+            args["name"] = spec.hub_name
+        return list(datasets.load_dataset(**args)[spec.column])
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"--data {file}: no such file.")
+    if file.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(file)
+        names = [n for n in (spec.column, "text", "sentence") if n in table.column_names]
+        if not names:
+            raise InputError(f"--data {file}: no {spec.column!r} column (has {table.column_names}).")
+        return list(table.column(names[0]).to_pylist())
+    if file.suffix in (".jsonl", ".json"):
+        return _read_json_rows(file, spec.column)
+    return _read_lines(file)
