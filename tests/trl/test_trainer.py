@@ -239,15 +239,18 @@ def test_compute_loss_honours_num_items_in_batch(models, data, tmp_path):
 # Packing / padding-free
 
 
-@pytest.mark.parametrize("loss", ["gem_ls", "emo"])
+@pytest.mark.parametrize("loss", ["gem_ls", "emo", "asft"])
 def test_padding_free_batch_equals_sum_of_documents(models, data, tmp_path, loss):
+    """asft: its reference model (another checkpoint, so the KL is far from 0) runs on the packed batch too and must
+    keep to the documents as the policy does."""
     model = load_model(models["plain"])
+    extra = {"anchor_reference": str(models["other_seed"])} if loss == "asft" else {}
     with torch.no_grad():  # stronger attention than the random init, so attending across documents shows
         for layer in model.model.layers:
             for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
                 getattr(layer.self_attn, proj).weight.mul_(5.0)
     trainer = make_trainer(
-        models["plain"], data, tmp_path, model=model, loss=loss, padding_free=True, max_length=None
+        models["plain"], data, tmp_path, model=model, loss=loss, padding_free=True, max_length=None, **extra
     )
     trainer.model.eval()
     docs = [0, 1, 2, 3]
