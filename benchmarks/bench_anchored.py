@@ -111,7 +111,7 @@ def _worker(case: dict) -> dict:
     return {**case, "loss_value": value, "extra_mib": extra, "time_s": statistics.median(times)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--N", type=int, default=2048, help="tokens")
     parser.add_argument("--d", type=int, default=576, help="hidden width (both models)")
@@ -125,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--_worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._worker:
-        print(json.dumps(_worker(json.loads(args._worker))))
-        return 0
+        return args
     for name in ("N", "d", "V", "repeats", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be an integer >= 1, got {getattr(args, name)}")
@@ -136,6 +135,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--cases: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(CASES)}"
         )
+    args.case_list = cases
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args._worker:
+        print(json.dumps(_worker(json.loads(args._worker))))
+        return 0
+    cases = args.case_list
     common = {"N": args.N, "d": args.d, "V": args.V, "repeats": args.repeats, "threads": args.threads}
     common |= {"device": args.device, "dtype": args.dtype}
     results = [run_worker_process(__file__, {**common, "case": case}, timeout=1800) for case in cases]
