@@ -10,11 +10,20 @@ from typing import Any
 
 import pytest
 
-from eval_tasks import open_ended as O
-from eval_tasks.lm_eval_tasks.open_ended import mauve_rounds, oracle_ppl_rounds
-from eval_tasks.open_ended_cli import rouge_f
-from tests.eval.lm_eval_tasks.helpers import _check, _lm_eval_cmd, _results, _run, _samples, needs_lm_eval
-from tests.helpers.env import REPO_ROOT
+pytest.importorskip("lm_eval")  # the task module needs it (not in .venv-opencompass)
+
+from eval_tasks import open_ended as O  # noqa: E402
+from eval_tasks.lm_eval_tasks.open_ended import mauve_rounds, oracle_ppl_rounds  # noqa: E402
+from eval_tasks.open_ended_cli import rouge_f  # noqa: E402
+from tests.eval.lm_eval_tasks.helpers import (  # noqa: E402
+    _check,
+    _lm_eval_cmd,
+    _results,
+    _run,
+    _samples,
+    needs_lm_eval,
+)
+from tests.helpers.env import REPO_ROOT  # noqa: E402
 
 pytestmark = [pytest.mark.slow, needs_lm_eval]
 FIXTURES = REPO_ROOT / "tests" / "eval" / "fixtures" / "open_ended"
