@@ -25,6 +25,7 @@ __all__ = [
     "generate_batches",
     "generation_meta",
     "hf_generate",
+    "left_pad",
     "load_checkpoint",
     "vllm_engine",
 ]
@@ -167,10 +168,9 @@ def encode_prompts(
     return [encode_prompt(tokenizer, record, chat_mode) for record in records]
 
 
-def hf_generate(
-    model: Any, tokenizer: Any, batch: list[list[int]], sampling: Sampling, seed: int
-) -> list[list[str]]:
-    """K sampled continuations of each prompt of `batch` (token ids) with ``model.generate``, left-padded."""
+def left_pad(tokenizer: Any, batch: Sequence[Sequence[int]]) -> tuple[Any, Any, int]:
+    """`batch` (token ids) left-padded to its longest prompt: (input_ids, attention_mask, the pad id used: the
+    tokenizer's pad, else its EOS, else 0)."""
     import torch
 
     pad = tokenizer.pad_token_id
@@ -179,9 +179,20 @@ def hf_generate(
     width = max(len(ids) for ids in batch)
     input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
     attention = torch.zeros((len(batch), width), dtype=torch.long)
-    for row, ids in enumerate(batch):  # left padding
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
+    for row, ids in enumerate(batch):
+        input_ids[row, width - len(ids) :] = torch.tensor(list(ids))
         attention[row, width - len(ids) :] = 1
+    return input_ids, attention, pad
+
+
+def hf_generate(
+    model: Any, tokenizer: Any, batch: list[list[int]], sampling: Sampling, seed: int
+) -> list[list[str]]:
+    """K sampled continuations of each prompt of `batch` (token ids) with ``model.generate``, left-padded."""
+    import torch
+
+    input_ids, attention, pad = left_pad(tokenizer, batch)
+    width = input_ids.shape[1]
     device = next(model.parameters()).device
     greedy = sampling.temperature == 0
     kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_new_tokens}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -75,6 +76,27 @@ def build_tiny_llama(out_dir: Path, *, vocab_size: int = 300, tie: bool = False,
     model = LlamaForCausalLM(config)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def build_tiny_reward_model(out_dir: Path, tokenizer: Any, *, seed: int = 0) -> Path:
+    """Save a random one-layer Llama sequence-classification model (one score: a reward model) with `tokenizer`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    LlamaForSequenceClassification(config).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
 

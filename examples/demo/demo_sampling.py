@@ -100,20 +100,15 @@ def sample_batch(
     seed: int,
 ) -> list[list[str]]:
     """`num_samples` continuations of each prompt of `batch` (token ids; `positions`: their places in the prompt
-    file), left-padded as `eval_tasks.generation.hf_generate` does, drawn with :func:`make_processor`."""
+    file), left-padded by `eval_tasks.generation.left_pad` (as `hf_generate` is), drawn with :func:`make_processor`."""
     import numpy as np
     import torch
     from transformers import LogitsProcessorList
 
-    pad = tokenizer.pad_token_id
-    if pad is None:
-        pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-    width = max(len(ids) for ids in batch)
-    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    attention = torch.zeros((len(batch), width), dtype=torch.long)
-    for row, ids in enumerate(batch):  # left padding
-        input_ids[row, width - len(ids) :] = torch.tensor(list(ids))
-        attention[row, width - len(ids) :] = 1
+    from eval_tasks.generation import left_pad
+
+    input_ids, attention, pad = left_pad(tokenizer, batch)
+    width = input_ids.shape[1]
     draws = np.concatenate([uniforms(seed, p, num_samples, max_new_tokens) for p in positions])
     processor = make_processor(draws, width, temperature, top_k, top_p)
     device = next(model.parameters()).device

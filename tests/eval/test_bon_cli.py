@@ -85,28 +85,12 @@ def test_voting_refuses_bad_input_in_one_line(tmp_path: Path, capsys: pytest.Cap
 def test_reward_scores_samples_and_gpt4_references(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import torch
-    from transformers import LlamaConfig, LlamaForSequenceClassification
 
     from eval_tasks.best_of_n import RewardScorer
     from eval_tasks.metrics.voting import reward_best_of_n, win_rate_best_of_n
-    from trl_ext.testing import build_tokenizer
+    from trl_ext.testing import build_tiny_reward_model, build_tokenizer
 
-    rm = tmp_path / "rm"
-    tok = build_tokenizer()
-    torch.manual_seed(5)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_labels=1,
-        pad_token_id=tok.pad_token_id,
-    )
-    LlamaForSequenceClassification(config).save_pretrained(rm)
-    tok.save_pretrained(rm)
+    rm = build_tiny_reward_model(tmp_path / "rm", build_tokenizer(), seed=5)
     prompts = ["How do I boil an egg?", "Give three tips for staying healthy."]
     samples = _write_jsonl(
         tmp_path / "gen.jsonl",

@@ -31,25 +31,13 @@ TASKS = ("distmatch_gsm8k", "distmatch_math", "distmatch_alpacaeval_bon")
 @pytest.fixture(scope="module")
 def reward_model(workdir: Path) -> Path:
     """A tiny random sequence-classification reward model with the tiny model's tokenizer (chat template)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+    from transformers import AutoTokenizer
+
+    from trl_ext.testing import build_tiny_reward_model
 
     target = workdir / "reward_model"
     if not target.exists():
-        tok = AutoTokenizer.from_pretrained(workdir / "model")
-        torch.manual_seed(3)
-        config = LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            num_labels=1,
-            pad_token_id=tok.pad_token_id,
-        )
-        LlamaForSequenceClassification(config).save_pretrained(target)
-        tok.save_pretrained(target)
+        build_tiny_reward_model(target, AutoTokenizer.from_pretrained(workdir / "model"), seed=3)
     return target
 
 
