@@ -150,17 +150,33 @@ def patch_simple_evaluate(module: object) -> bool:
         bound = signature.bind_partial(*args, **kwargs).arguments
         tasks = bound.get("tasks") or []
         tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+        settings: dict[str, str] = {}
         if any(isinstance(t, str) and t.startswith("distmatch_") for t in tasks):
             from eval_tasks.lm_eval_tasks.preflight import preflight
 
             try:
-                preflight(tasks, bound.get("metadata"), _model_arg_names(bound.get("model_args")))
+                settings = preflight(
+                    tasks,
+                    bound.get("metadata"),
+                    _model_arg_names(bound.get("model_args")),
+                    bound.get("model", "hf"),
+                )
             except DistMatchConfigError as err:
                 if not _called_by_cli(sys._getframe(1)):
                     raise  # Python-API callers get the exception
                 stderr_line(f"error: {err}")
                 raise SystemExit(CONFIG_ERROR_STATUS) from None
-        return original(*args, **kwargs)
+        # for this evaluation only (the tasks are built inside it): a later one in the process may use another model
+        saved = {key: os.environ.get(key) for key in settings}
+        os.environ.update(settings)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
     simple_evaluate._distmatch_wrapped = True  # type: ignore[attr-defined]
     module.simple_evaluate = simple_evaluate  # type: ignore[attr-defined]

@@ -25,8 +25,20 @@ from typing import Any
 from eval_tasks import samples
 from eval_tasks.samples import InputError
 
-__all__ = ["ALPACA_PROMPT", "add_commands", "export_outputs", "prompt_records", "win_rate"]
+__all__ = [
+    "ALPACA_PROMPT",
+    "BENCHMARK",
+    "WIN_RATE_KIND",
+    "add_commands",
+    "export_outputs",
+    "prompt_records",
+    "win_rate",
+]
 
+#: the published benchmark (EMO Tables 9-10) and the ``kind`` of ``winrate``'s output (``distmatch-eval report``
+#: reads it)
+BENCHMARK = "alpacaeval"
+WIN_RATE_KIND = "distmatch.win_rate"
 #: The Stanford-Alpaca prompt without an input (the format the EMO instruction-tuned models were trained in).
 ALPACA_PROMPT = (
     "Below is an instruction that describes a task. Write a response that appropriately completes the request."
@@ -116,6 +128,8 @@ def win_rate(annotations: Sequence[Mapping[str, Any]], generator: str | None = N
     if not prefs:
         raise InputError(f"annotations: no judged pair for generator {generator!r}.")
     return {
+        "kind": WIN_RATE_KIND,
+        "benchmark": BENCHMARK,
         "generator": generator,
         "reference": sorted(
             {str(a.get("generator_1")) for a in annotations if a.get("generator_2") == generator}

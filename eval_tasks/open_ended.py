@@ -80,8 +80,19 @@ CORPORA: dict[str, Corpus] = {
         Corpus("ptb", "Penn Treebank", 5, 25, 25, 4000, "sentence", "ptb_text_only", "penn_treebank"),
         Corpus("writingprompts", "WritingPrompts", 35, 80, 80, 5000, "text", None),
         Corpus("ag_news", "AG News", 10, 30, 30, 4000, "text", "fancyzhx/ag_news"),
+        # Table 2: GPT-2-large's unbiased samples of the GPT-2 output dataset (large-762M.test.jsonl), read by
+        # the script's train-file branch like WebText
+        Corpus("gpt2_large", "GPT-2-large samples (oracle)", 20, 80, 80, 5000, "text", None),
     )
 }
+#: the corpus whose texts are the oracle model's samples (EMO Table 2: oracle perplexity, ROUGE-1/L)
+ORACLE_CORPUS = "gpt2_large"
+
+
+def published_benchmark(key: str) -> str:
+    """The id of corpus `key`'s published numbers in ``eval_tasks/published`` (Table 1: ``emo_lm_<key>``; the
+    oracle data of Table 2: ``emo_oracle_gpt2_large``)."""
+    return "emo_oracle_gpt2_large" if key == ORACLE_CORPUS else f"emo_lm_{key}"
 
 
 @dataclass(frozen=True)
@@ -190,7 +201,8 @@ def read_corpus(key: str, path: str | os.PathLike[str] | None = None) -> list[st
     if path is None:
         if spec.hub_path is None:
             raise InputError(
-                f"--data: {spec.title} has no Hub copy; give its test split file (MixCE split: .jsonl/.json/.txt)."
+                f"--data: {spec.title} has no Hub copy; give its test split file (MixCE split or GPT-2 output "
+                "dataset: .jsonl/.json/.txt)."
             )
         from distmatch.optional import require
 

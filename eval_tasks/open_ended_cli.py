@@ -29,6 +29,7 @@ __all__ = [
     "round_texts",
     "rouge_f",
     "score_files",
+    "SCORE_KIND",
 ]
 
 #: the script's ``for iteration in range(5)`` sampling rounds per trained model
@@ -38,6 +39,8 @@ EMO_FEATURIZER = "lm:gpt2-large"
 EMO_MAX_TEXT_LENGTH = 256
 #: ``test_utils.compute_ppl``'s batch size
 ORACLE_BATCH = 64
+#: the ``kind`` of ``open-ended score``'s output (``distmatch-eval report`` reads it)
+SCORE_KIND = "distmatch.open_ended"
 
 
 def decoding_flags(spec: O.Corpus, rounds: int = ROUNDS) -> list[str]:
@@ -46,7 +49,7 @@ def decoding_flags(spec: O.Corpus, rounds: int = ROUNDS) -> list[str]:
     return [
         "-k", str(rounds), "--temperature", "1", "--top-k", "0", "--top-p", "1",
         "--min-new-tokens", str(spec.new_tokens), "--max-new-tokens", str(spec.new_tokens + 1),
-        "--chat-template", "never", "--benchmark", f"emo_open_ended_{spec.key}",
+        "--chat-template", "never", "--benchmark", O.published_benchmark(spec.key),
     ]  # fmt: skip
 
 
@@ -134,8 +137,11 @@ def score_files(
     if not paths:
         raise InputError("open-ended score: give at least one samples file.")
     per_seed, metrics = [], {"mauve": [], "rouge1": [], "rougeL": [], "oracle_ppl": []}
+    benchmarks: dict[str, str] = {}  # samples file -> the benchmark its generate meta names
     for path in paths:
-        refs, rounds = round_texts(samples.read_jsonl(path), str(path))
+        rows = samples.read_jsonl(path)
+        benchmarks[str(path)] = str((rows[0].get("meta") or {}).get("benchmark") or "") if rows else ""
+        refs, rounds = round_texts(rows, str(path))
         p_feats = None
         seed_rounds = []
         for texts in rounds:
@@ -161,7 +167,16 @@ def score_files(
                 **{k: _spread([r[k] for r in seed_rounds]) for k in seed_rounds[0]},
             }
         )
+    named = set(benchmarks.values())
+    if len(named) > 1:
+        raise InputError(
+            "open-ended score: the samples files are of different corpora ("
+            + ", ".join(f"{p}: {b or 'none'}" for p, b in benchmarks.items())
+            + "); score one corpus at a time."
+        )
     return {
+        "kind": SCORE_KIND,
+        "benchmark": named.pop() or None,
         "protocol": "emo_official",
         "featurizer": str(featurizer)
         if not callable(featurizer)

@@ -12,9 +12,8 @@ that read it, its type, default, valid values or bounds, environment variable an
 * the defaults of the lower-level functions (:mod:`eval_tasks.dataset_loading`, :mod:`eval_tasks.retrieval`) and
   the generated OpenCompass configs are the table's.
 
-A *protocol* is a preset of several options: ``--metadata '{"protocol": "emo_official"}'`` sets every option of
-:data:`PROTOCOLS` ``["emo_official"]``; an option given explicitly next to it wins (and the run is then no longer on
-the paper's protocol, which :func:`protocol_differences` reports).
+A *protocol* is a preset of several options (``--metadata '{"protocol": "emo_official"}'``); an option given
+explicitly next to it wins, and the run is then off the paper's protocol (:func:`protocol_differences`).
 
 * ``emo_official`` (the EMO NLU suite, Table 3): the prompt strings of the EMO repository's ``icl.py``
   (``template: emo_code``), OpenICL's GPT-2 text round trip before the retriever embeds a text
@@ -72,6 +71,7 @@ FAMILY_NAMES = {
 }
 _NLU = ("icl", "mmlu")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "none", "")
+_BOOL_WORDS = ("0", "1", "true", "false", "yes", "no")  #: what an option of kind bool accepts
 
 
 @dataclass(frozen=True)
@@ -97,14 +97,7 @@ class TaskOption:
             ok = not isinstance(value, bool) and isinstance(value, int) and value >= low
             return None if ok else f"an integer >= {low}"
         if self.kind is bool:
-            ok = isinstance(value, bool) or str(value).strip().lower() in (
-                "0",
-                "1",
-                "true",
-                "false",
-                "yes",
-                "no",
-            )
+            ok = isinstance(value, bool) or str(value).strip().lower() in _BOOL_WORDS
             return None if ok else "true or false"
         if self.choices is not None:
             return None if value in self.choices else "one of " + ", ".join(repr(c) for c in self.choices)
@@ -122,6 +115,9 @@ class TaskOption:
 def _non_empty(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
+
+#: the lm-eval model backends whose minimum-length argument the open-ended tasks know
+GENERATION_BACKENDS = ("hf", "vllm")
 
 _ICL = "NLU retrieval tasks"
 _CREATIVE = "creative writing"
@@ -386,6 +382,15 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             None,
             None,
             "causal LM for PPL_oracle (Table 2: gpt2-large)",
+            tasks=_OPEN,
+        ),
+        TaskOption(
+            "generation_backend",
+            ("open_ended",),
+            "hf",
+            GENERATION_BACKENDS,
+            "the forced length's name: hf min_new_tokens, vllm min_tokens (the lm-eval hook reads --model)",
+            env="DISTMATCH_GENERATION_BACKEND",
             tasks=_OPEN,
         ),
     )

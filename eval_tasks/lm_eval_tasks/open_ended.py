@@ -26,6 +26,8 @@ from eval_tasks.task_options import resolve
 __all__ = ["OpenEndedTask", "load_open_ended_dataset", "mauve_rounds", "oracle_ppl_rounds"]
 
 _EXTENSIONS = ("parquet", "jsonl", "json", "txt", "raw")
+#: each generation backend's name for the minimum number of new tokens (task option generation_backend)
+MIN_LENGTH_ARGUMENT = {"hf": "min_new_tokens", "vllm": "min_tokens"}
 
 
 def corpus_file(key: str, data_dir: str | None) -> Path | None:
@@ -86,7 +88,11 @@ class OpenEndedTask(DistMatchTask):
     def prepare_config(self, config: dict[str, Any]) -> None:
         self.spec = O.corpus(str((config.get("dataset_kwargs") or {}).get("distmatch_task")))
         gen = dict(config.get("generation_kwargs") or {})
-        gen.update(min_new_tokens=self.spec.new_tokens, max_gen_toks=self.spec.new_tokens + 1)
+        for name in MIN_LENGTH_ARGUMENT.values():
+            gen.pop(name, None)
+        # the backend's own name for the minimum: HF generate's min_new_tokens, vLLM SamplingParams' min_tokens
+        gen[MIN_LENGTH_ARGUMENT[self.resolved["generation_backend"]]] = self.spec.new_tokens
+        gen["max_gen_toks"] = self.spec.new_tokens + 1
         config["generation_kwargs"] = gen
         config["repeats"] = ROUNDS
         config["filter_list"] = [{"name": "none", "filter": [{"function": "take_first_k", "k": ROUNDS}]}]

@@ -28,8 +28,10 @@ from eval_tasks.task_options import (
 )
 
 __all__ = [
+    "check_generation_backend",
     "check_options_apply",
     "check_task_options",
+    "generation_backend",
     "missing_data",
     "preflight",
     "requested_splits",
@@ -40,11 +42,13 @@ def _leaf_tasks(name: str) -> list[str]:
     """The distmatch tasks a requested name runs (a group or tag: its members)."""
     from eval_tasks import nlu
     from eval_tasks.lm_eval_tasks import CREATIVE_TASKS
+    from eval_tasks.open_ended import CORPORA, ORACLE_CORPUS
 
     groups = {
         "distmatch_nlu": list(nlu.NLU_TASK_NAMES),
         "distmatch_icl": [f"distmatch_{key}" for key in nlu.ICL_TASKS],
         "distmatch_creative": list(CREATIVE_TASKS),
+        "distmatch_open_ended": [f"distmatch_open_ended_{k}" for k in CORPORA if k != ORACLE_CORPUS],
     }
     return groups.get(name, [name])
 
@@ -159,16 +163,60 @@ def missing_data(task_names: Iterable[str], data_dir: str | os.PathLike[str]) ->
     return missing
 
 
+#: lm-eval model names (``--model``) and LM classes, by the generation backend whose arguments they take
+_BACKEND_OF_MODEL = {"hf": "hf", "hf-auto": "hf", "huggingface": "hf", "vllm": "vllm"}
+_BACKEND_OF_CLASS = {"HFLM": "hf", "VLLM": "vllm"}
+
+
+def generation_backend(model: object) -> str | None:
+    """``hf`` / ``vllm`` for lm-eval's ``--model`` name or LM object (a subclass counts as its base), else None."""
+    if isinstance(model, str):
+        return _BACKEND_OF_MODEL.get(model)
+    for cls in type(model).__mro__:
+        if cls.__name__ in _BACKEND_OF_CLASS:
+            return _BACKEND_OF_CLASS[cls.__name__]
+    return None
+
+
+def check_generation_backend(
+    task_names: Iterable[str], metadata: Mapping[str, Any], model: object, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The open-ended tasks force the generation length, and HF and vLLM name the minimum differently: the
+    environment setting that tells the tasks which name to use (empty when no open-ended task is requested or the
+    user set it), or a refusal for a backend distmatch does not know."""
+    option = TASK_OPTIONS["generation_backend"]
+    tasks = [leaf for name in task_names if isinstance(name, str) for leaf in _leaf_tasks(name)]
+    if not any(family_of_task(t) in option.families for t in tasks):
+        return {}
+    if metadata.get(option.name) is not None or environ.get(str(option.env)):
+        return {}  # the user's choice (checked with the other options)
+    backend = generation_backend(model)
+    if backend is None:
+        name = model if isinstance(model, str) else type(model).__name__
+        raise DistMatchConfigError(
+            f"--model {name}: the open-ended tasks force the generation length, and distmatch knows how to ask "
+            f"for it only from {', '.join(sorted(set(_BACKEND_OF_MODEL)))} (vllm); use one of them, or set "
+            f"{option.name} in --metadata to {' or '.join(option.choices or ())} if your backend takes that one's "
+            "argument (min_new_tokens / min_tokens)."
+        )
+    return {str(option.env): backend}
+
+
 def preflight(
-    task_names: Iterable[str], metadata: Mapping[str, Any] | None, model_args: Iterable[str] | None
-) -> None:
-    """The checks run before lm-eval builds the model: options, then the local data of every requested task."""
+    task_names: Iterable[str],
+    metadata: Mapping[str, Any] | None,
+    model_args: Iterable[str] | None,
+    model: object = "hf",
+) -> dict[str, str]:
+    """The checks run before lm-eval builds the model: options, then the local data of every requested task.
+    Returns the environment variables the run's tasks need (the open-ended tasks' generation backend)."""
     names = [t for t in task_names if isinstance(t, str)]
     if not any(t.startswith("distmatch_") for t in names):
-        return
+        return {}
     metadata = dict(metadata or {})
     check_task_options(metadata, model_args)
     check_options_apply(names, metadata)
+    settings = check_generation_backend(names, metadata, model, os.environ)
     # The option table's value (option, else its environment variable); check_options_apply has refused a protocol
     # that does not fit a requested family, so the family resolved here cannot refuse it.
     readers = TASK_OPTIONS["data_dir"]
@@ -183,3 +231,4 @@ def preflight(
                 f"need: {'; '.join(missing)}. Export each split as JSON Lines with the Hub dataset's columns to "
                 "those paths, or unset the data folder to load from the Hub."
             )
+    return settings

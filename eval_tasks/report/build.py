@@ -8,6 +8,7 @@ from pathlib import Path
 
 from eval_tasks import published as P
 from eval_tasks.report.collect import ReportError, collect_run
+from eval_tasks.report.emo_generation import open_ended_section, win_rate_section
 from eval_tasks.report.markdown import (
     best_of_n_section,
     bold,
@@ -51,6 +52,7 @@ def build_report(
     accuracy = nlu_section(runs, published, published_model, used)
     accuracy += ifeval_section(runs, published, published_model, used)
     accuracy += best_of_n_section(runs, published, published_model, used)
+    accuracy += win_rate_section(runs, published, published_model, used)
     accuracy += other_tasks_section(runs)
     plots = {
         "accuracy": accuracy_plot(runs, out_dir),
@@ -63,12 +65,13 @@ def build_report(
     for benchmark, panels in curves.items():
         plots[f"first_k_{benchmark}"], drawn[benchmark] = first_k_plot(benchmark, panels, out_dir)
     if accuracy:
-        body += ["## Accuracy (lm-eval)", "", *accuracy]
+        body += ["## Accuracy, pass rates and win rates", "", *accuracy]
         if plots["accuracy"]:
             body += ["![Accuracy per task](accuracy.png)", ""]
     if curves:
         body += ["### First-k curves (cf. GEM Figure 2)", ""]
         body += [f"![First-k curves: {FIRST_K_TITLES[b]}](first_k_{b}.png)" for b in curves] + [""]
+    body += open_ended_section(runs, published, published_model, used)
     diversity = diversity_section(runs, published, published_model, used)
     if diversity:
         body += diversity + (["![Diversity per metric](diversity.png)", ""] if plots["diversity"] else [])
@@ -123,6 +126,8 @@ def build_report(
                         "nexttoken": [{k: v for k, v in e.items()} for e in r.nexttoken],
                         "training": training_summary(r.training) if r.training else None,
                         "curves": r.curves,
+                        "open_ended": r.open_ended,
+                        "win_rates": r.win_rates,
                     }
                     for r in runs
                 ],

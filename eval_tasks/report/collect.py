@@ -35,9 +35,22 @@ class RunData:
     #: benchmark (gsm8k, math, alpacaeval_bon) -> {"curve": metric@k -> value, "source": path} of a
     #: ``distmatch-eval voting`` / ``reward`` output
     curves: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: EMO open-ended benchmark (emo_lm_<corpus>, emo_oracle_gpt2_large) -> {"metrics", "std", "featurizer",
+    #: "seeds", "via", "source"} of an lm-eval distmatch_open_ended_* task or a ``distmatch-eval open-ended score``
+    open_ended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: judged benchmark (alpacaeval) -> a ``distmatch-eval alpacaeval winrate`` output, with its "source"
+    win_rates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
-        return not (self.lm_eval or self.diversity or self.nexttoken or self.training or self.curves)
+        return not (
+            self.lm_eval
+            or self.diversity
+            or self.nexttoken
+            or self.training
+            or self.curves
+            or self.open_ended
+            or self.win_rates
+        )
 
 
 def parse_run_specs(specs: Sequence[str]) -> dict[str, list[Path]]:
@@ -68,6 +81,10 @@ def _kind(data: Any) -> str | None:
         return data["kind"].split(".")[1]
     if data.get("kind") in ("distmatch.voting", "distmatch.reward"):
         return "curve"
+    if data.get("kind") == "distmatch.open_ended":
+        return "open_ended"
+    if data.get("kind") == "distmatch.win_rate":
+        return "win_rate"
     if isinstance(data.get("log_history"), list):
         return "training"
     if isinstance(data.get("results"), dict) and any(
@@ -108,7 +125,7 @@ def collect_run(name: str, paths: Sequence[Path]) -> RunData:
                 if explicit:
                     raise ReportError(
                         f"{path}: not an lm-eval results file, a distmatch-eval diversity/nexttoken/voting/reward "
-                        "JSON or a trainer_state.json."
+                        "/open-ended/win-rate JSON or a trainer_state.json."
                     )
                 continue
             if kind == "lm_eval":
@@ -120,6 +137,10 @@ def collect_run(name: str, paths: Sequence[Path]) -> RunData:
                 run.sources.append(str(path))
             elif kind == "curve":
                 _add_curve(run, path, data)
+            elif kind == "open_ended":
+                _add_open_ended_score(run, path, data)
+            elif kind == "win_rate":
+                _add_win_rate(run, path, data)
             elif kind == "training":
                 trainer_states.append((int(data.get("global_step") or 0), path, data))
         for _, path, data in sorted(lm_eval_files, key=lambda item: item[0]):  # later runs override
@@ -174,7 +195,21 @@ def _add_lm_eval(run: RunData, path: Path, data: dict[str, Any]) -> None:
             chat_template=bool(data.get("chat_template")) if "chat_template" in data else None,
         )
         benchmark = P.benchmark_for_task(task)
-        if benchmark and P.benchmarks()[benchmark]["family"] == "creative":
+        if benchmark and P.benchmarks()[benchmark]["family"] == "open_ended":
+            metadata = ((data.get("configs") or {}).get(task) or {}).get("metadata") or {}
+            _put_open_ended(
+                run,
+                benchmark,
+                {
+                    "metrics": metrics,
+                    "std": {},
+                    "featurizer": metadata.get("mauve_featurizer"),
+                    "seeds": 1,
+                    "via": f"lm-eval task {task}",
+                    "source": str(path),
+                },
+            )
+        elif benchmark and P.benchmarks()[benchmark]["family"] == "creative":
             check = check or {"protocol": "?", "comparable": False, "differences": []}
             run.diversity[benchmark] = {
                 "benchmark": benchmark,
@@ -296,3 +331,62 @@ def _add_generate_jsonl(run: RunData, path: Path) -> None:
         "protocol_differences": gem_protocol_notes(result.settings, meta, len(records), ks, benchmark),
     }
     _add_diversity(run, path, data)
+
+
+def _put_open_ended(run: RunData, benchmark: str, entry: dict[str, Any]) -> None:
+    """One entry per benchmark: an ``open-ended score`` output (all rounds and seeds) wins over an lm-eval result,
+    a later lm-eval result over an earlier one (as for every lm-eval task); two score outputs are refused."""
+    existing = run.open_ended.get(benchmark)
+    from_score = entry["via"].startswith("distmatch-eval")
+    if existing is not None and existing["via"].startswith("distmatch-eval"):
+        if not from_score:
+            return
+        raise ReportError(
+            f"run {run.name!r}: two {benchmark} scores ({existing['source']}, {entry['source']}); give one per run "
+            "(open-ended score averages several seeds' files into one)."
+        )
+    run.open_ended[benchmark] = entry
+
+
+def _add_open_ended_score(run: RunData, path: Path, data: dict[str, Any]) -> None:
+    """A ``distmatch-eval open-ended score`` output: the mean (and std over rounds and seeds) of each metric."""
+    benchmark = data.get("benchmark") or path.stem
+    metrics, std = {}, {}
+    for key in ("mauve", "rouge1", "rougeL", "oracle_ppl"):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not (isinstance(value, dict) and isinstance(value.get("mean"), (int, float))):
+            raise ReportError(
+                f"{path}: {key} must be {{'mean': ..., 'std': ...}}, as open-ended score writes it."
+            )
+        metrics[key], std[key] = float(value["mean"]), float(value.get("std") or 0.0)
+    if "mauve" not in metrics:
+        raise ReportError(f"{path}: no MAUVE (an open-ended score output has 'mauve': {{'mean', 'std'}}).")
+    _put_open_ended(
+        run,
+        benchmark,
+        {
+            "metrics": metrics,
+            "std": std,
+            "featurizer": data.get("featurizer"),
+            "max_text_length": data.get("max_text_length"),
+            "seeds": len(data.get("seeds") or []),
+            "via": "distmatch-eval open-ended score",
+            "source": str(path),
+        },
+    )
+    run.sources.append(str(path))
+
+
+def _add_win_rate(run: RunData, path: Path, data: dict[str, Any]) -> None:
+    benchmark = data.get("benchmark") or "alpacaeval"
+    if not isinstance(data.get("win_rate"), (int, float)) or isinstance(data.get("win_rate"), bool):
+        raise ReportError(f"{path}: no numeric win_rate (distmatch-eval alpacaeval winrate writes one).")
+    if benchmark in run.win_rates:
+        raise ReportError(
+            f"run {run.name!r}: two {benchmark} win rates ({run.win_rates[benchmark]['source']}, {path}); "
+            "give one per run."
+        )
+    run.win_rates[benchmark] = {**data, "source": str(path)}
+    run.sources.append(str(path))

@@ -53,7 +53,7 @@ class DemoConfig:
     )
     device: str = "auto"
     threads: int = 2  # torch CPU threads, fixed so that every machine splits the work alike; 0: one per core
-    gen_batch: int = 4  # prompts per generate call (each x K sequences)
+    gen_batch: int = 12  # prompts per generate call (each x K sequences)
     include_base: bool = True
     train_file: Path = DATA_DIR / "creative_sft.jsonl"
     heldout_file: Path = DATA_DIR / "heldout.jsonl"
@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
         "on every machine; scoring is float32); auto = bfloat16 on CPUs with AVX512-BF16/AMX and on bf16 GPUs",
         "device": "auto | cpu | cuda (default auto)",
         "threads": "torch CPU threads (default 2 on every machine; 0 = one per core)",
-        "gen_batch": "prompts per generate call (default 4)",
+        "gen_batch": "prompts per generate call (default 12)",
         "base": "also evaluate the base model (default 1)",
         "train_file": "training JSONL (prompt, completion)",
         "heldout_file": "held-out JSONL (prompt, completion)",

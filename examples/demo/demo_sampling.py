@@ -43,12 +43,19 @@ def allowed_probabilities(scores: Any, temperature: float, top_k: int, top_p: fl
 
     x = scores.to(torch.float64) / temperature
     keep = torch.isfinite(x)
-    if 0 < top_k < x.shape[-1]:
+    top_k_applies = 0 < top_k < x.shape[-1]
+    if top_k_applies:
         kth = torch.topk(x, top_k, dim=-1).values[:, -1:]
         keep &= x >= kth
     probs = torch.softmax(x.masked_fill(~keep, float("-inf")), dim=-1)
     if top_p < 1.0:
-        ordered = torch.sort(probs, dim=-1, descending=True).values
+        # Only the kept tokens can be in the top-p set: with top-k, sorting its k largest probabilities (ties with
+        # the k-th fall outside them but are kept by the `>=` below) gives the same count as sorting the vocabulary.
+        ordered = (
+            torch.topk(probs, top_k, dim=-1).values
+            if top_k_applies
+            else torch.sort(probs, dim=-1, descending=True).values
+        )
         before = torch.cumsum(ordered, dim=-1) - ordered  # probability of the more likely tokens
         count = (before < top_p).sum(dim=-1, keepdim=True).clamp(min=1)
         keep &= probs >= torch.gather(ordered, -1, count - 1)

@@ -69,6 +69,13 @@ def test_win_rate_of_hand_made_annotations(tmp_path: Path) -> None:
         1,
     )
     assert got["reference"] == ["text_davinci_003"] and got["annotator"] == ["alpaca_eval_gpt4"]
+    # the report reads it back beside EMO Tables 9-10
+    report = tmp_path / "report"
+    assert main(["report", "--run", f"mine={out}", "-o", str(report)]) == 0
+    section = (report / "report.md").read_text().split("### AlpacaEval win rate (EMO Tables 9-10; %)")[1]
+    assert "| **mine** | 62.50 | 2 / 1 / 1 of 4 | alpaca_eval_gpt4 | text_davinci_003 |" in section
+    assert "| EMO · LLaMa2-13B [EMO Table 9] | 79.10 |" in section
+    assert "| MLE · LLaMa2-7B [EMO Table 10] | 76.20 |" in section
 
 
 def test_bad_input() -> None:

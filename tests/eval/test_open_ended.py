@@ -30,6 +30,7 @@ def test_table4_lengths_and_script_eval_num() -> None:
         "ptb": (5, 25, 25, 4000),
         "writingprompts": (35, 80, 80, 5000),
         "ag_news": (10, 30, 30, 4000),
+        "gpt2_large": (20, 80, 80, 5000),  # Table 2's oracle data: the script's train-file branch
     }
     assert O.CORPORA["ptb"].column == "sentence"
 

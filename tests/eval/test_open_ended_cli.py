@@ -89,6 +89,9 @@ def test_prompts_generate_score_end_to_end(tiny, tmp_path, capsys) -> None:
     assert main(argv) == 0
     result = json.loads(result_file.read_text())
     assert result["protocol"] == "emo_official" and result["max_text_length"] == 32
+    assert (
+        result["kind"] == C.SCORE_KIND and result["benchmark"] == "emo_lm_wikitext2"
+    )  # from generate's meta
     assert len(result["seeds"]) == 2 and len(result["seeds"][0]["rounds"]) == 2
     rounds = [r for s in result["seeds"] for r in s["rounds"]]
     assert result["seeds"][0]["rounds"] == result["seeds"][1]["rounds"]  # same file twice: same numbers
@@ -103,6 +106,65 @@ def test_prompts_generate_score_end_to_end(tiny, tmp_path, capsys) -> None:
     assert self_score["mauve"]["mean"] == pytest.approx(100.0) and self_score["rouge1"][
         "mean"
     ] == pytest.approx(100)
+    _report_places_the_score_beside_table_1(result_file, result, tmp_path)
+    other = tmp_path / "other.jsonl"  # another corpus's samples: one score of two corpora is refused
+    other.write_text("".join(
+        json.dumps({**r, "meta": {**r["meta"], "benchmark": "emo_lm_ptb"}}) + "\n" for r in rows
+    ))  # fmt: skip
+    with pytest.raises(InputError, match="different corpora .*emo_lm_wikitext2.*emo_lm_ptb"):
+        C.score_files([str(out), str(other)], featurizer=f"lm:{tiny}", max_text_length=32, device="cpu")
+
+
+def _report_places_the_score_beside_table_1(result_file: Path, result: dict, tmp_path: Path) -> None:
+    """distmatch-eval report reads the score: the run's MAUVE (mean ± std over rounds and seed files) in the
+    WikiText-2 column of the Table 1 section, next to the published rows, and flagged as not the paper's scoring
+    (tiny featurizer, 32 tokens)."""
+    from eval_tasks.report.collect import ReportError
+
+    out = tmp_path / "report"
+    assert main(["report", "--run", f"tiny={result_file}", "-o", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    section = text[text.index("### MAUVE per corpus (EMO Table 1; x100)") :]
+    header, _, mine = section.splitlines()[2:5]
+    assert header == "| run | WikiText-2 |"
+    mauve = result["mauve"]
+    assert mine == f"| **tiny** | {mauve['mean']:.2f} ± {mauve['std']:.2f} |"
+    assert (
+        "| MLE · GPT-2 [EMO Table 1] | 77.50 |" in section
+        and "| EMO · OPT-125M [EMO Table 1] | 82.90 |" in section
+    )
+    assert "(not the paper's: not comparable)" in section and "2 seed file(s) x 5 rounds" in section
+    assert (
+        json.loads((out / "report.json").read_text())["runs"][0]["open_ended"]["emo_lm_wikitext2"]["seeds"]
+        == 2
+    )
+    with pytest.raises(ReportError, match="two emo_lm_wikitext2 scores"):
+        from eval_tasks.report.collect import collect_run
+
+        collect_run("twice", [result_file, result_file])
+
+
+def test_the_oracle_corpus_reads_gpt2_output_dataset_records(tmp_path) -> None:
+    """Table 2's data (GPT-2-large samples, the GPT-2 output dataset's JSONL records) goes through the script's
+    filter and the 20 / 80 split like WebText; its results are the emo_oracle_gpt2_large benchmark."""
+    from eval_tasks import published as P
+
+    words = [f"w{i}" for i in range(120)]
+    rows = [
+        {"id": 0, "ended": True, "length": 5, "text": "too short to keep"},
+        {"id": 1, "ended": True, "length": 120, "text": " ".join(words)},
+        {"id": 2, "ended": True, "length": 60, "text": " ".join(words[:60])},  # < 20 + 80 + 10 words
+    ]
+    data = tmp_path / "large-762M.test.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = O.corpus(O.ORACLE_CORPUS)
+    examples = O.build_examples(O.read_corpus(spec.key, data), spec)
+    assert [(e.row, e.prefix, e.reference) for e in examples] == [
+        (1, " ".join(words[:20]), " ".join(words[:20]) + " " + " ".join(words[20:100]))
+    ]
+    assert O.published_benchmark(spec.key) == "emo_oracle_gpt2_large"
+    assert P.benchmark_for_task("distmatch_open_ended_gpt2_large") == "emo_oracle_gpt2_large"
+    assert P.benchmark_for_task("distmatch_open_ended_ptb") == O.published_benchmark("ptb") == "emo_lm_ptb"
 
 
 def test_score_bad_input(tmp_path, capsys) -> None:
@@ -132,8 +194,7 @@ def test_report_keeps_the_open_ended_scales(tmp_path) -> None:
     path = tmp_path / "results_x.json"
     path.write_text(json.dumps(results))
     run = collect_run("mine", [path])
-    got = run.lm_eval["distmatch_open_ended_ptb"]
-    got = got.get("metrics", got)
-    assert {k: got[k] for k in ("mauve", "rouge1", "rougeL", "oracle_ppl")} == {
-        "mauve": 81.5, "rouge1": 31.25, "rougeL": 20.5, "oracle_ppl": 55.0,
-    }  # fmt: skip
+    entry = run.open_ended["emo_lm_ptb"]
+    assert "distmatch_open_ended_ptb" not in run.lm_eval  # shown in the open-ended section, not "other tasks"
+    assert entry["metrics"] == {"mauve": 81.5, "rouge1": 31.25, "rougeL": 20.5, "oracle_ppl": 55.0}
+    assert entry["via"] == "lm-eval task distmatch_open_ended_ptb"

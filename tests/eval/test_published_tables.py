@@ -52,7 +52,7 @@ _EMO_TABLES = {
         "Table 2",
         ["GPT-2"] * 4,
         {
-            r"$PPL_{oracle} \downarrow$": ("emo_oracle_gpt2_large", "ppl_oracle"),
+            r"$PPL_{oracle} \downarrow$": ("emo_oracle_gpt2_large", "oracle_ppl"),
             "Mauve↑": ("emo_oracle_gpt2_large", "mauve"),
             "ROUGE-1↑": ("emo_oracle_gpt2_large", "rouge1"),
             "<b>ROUGE-L</b> ↑": ("emo_oracle_gpt2_large", "rougeL"),
