@@ -18,11 +18,13 @@
 # formula behind the table's TaiLr rows (docs/losses.md). WebText and WritingPrompts have no Hub copy: give MixCE's
 # split files as WEBTEXT_TRAIN / WEBTEXT_VALID / WEBTEXT_TEST (WRITINGPROMPTS_*); any corpus can be read from local
 # files the same way (<CORPUS>_TRAIN, <CORPUS>_VALID, <CORPUS>_TEST), else from the Hub.
-# Needs: one CUDA GPU (288 training runs of 3 epochs for the whole table), network for the models, the Hub corpora and
-# gpt2-large (MAUVE's features), and the `make venvs` environment .venv (trl with distmatch, distmatch-eval); on a GPU
-# machine build it with TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128" (docs/development.md).
-# Each step is skipped when its output exists, so an interrupted run continues where it stopped. Not run by the test
-# suite (tests/trl/test_emo_lm_recipes.py checks the syntax and a DRY_RUN).
+# Needs: one CUDA GPU (the whole table: 6 corpora x 8 runs x 3 seeds = 144 trainings of 3 epochs per model),
+# network for the models, the Hub corpora and gpt2-large (MAUVE's features), and the `make venvs` environment .venv
+# (trl with distmatch, distmatch-eval); on a GPU machine build it with
+# TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128" (docs/development.md). Each step is skipped when
+# its output exists (a training when its model folder holds model.safetensors, written at the end), so an
+# interrupted run continues with the next missing step. Not run by the test suite (tests/trl/test_emo_lm_recipes.py
+# checks the syntax and a DRY_RUN).
 set -euo pipefail
 
 # --- settings (each can be overridden from the environment) --------------------------------------------------
