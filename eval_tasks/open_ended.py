@@ -189,25 +189,26 @@ def _column(record: Any, column: str, path: Path, index: int) -> Any:
     raise InputError(f"{path}: record #{index} has no {column!r} field.")
 
 
-def read_corpus(key: str, path: str | os.PathLike[str] | None = None) -> list[str]:
-    """The test split's rows (texts) of corpus `key`.
+def read_corpus(key: str, path: str | os.PathLike[str] | None = None, *, split: str = "test") -> list[str]:
+    """The rows (texts) of corpus `key`'s `split` (the benchmark reads ``test``; the language-modeling recipe's
+    data script, examples/reproduce/emo_lm_data.py, reads ``train`` and ``validation``).
 
     `path`: a local copy in the dataset's own format: ``.parquet`` (the Hub's files: WikiText ``text``, PTB
     ``sentence``, AG News ``text``), ``.jsonl`` / ``.json`` (GPT-2 output-dataset WebText records, MixCE splits:
     field ``text``), or a text file (``wiki.test.raw``, ``ptb.test.txt``, MixCE ``.txt``: one row per line). Without
-    `path`, the Hub copy through ``datasets`` (WebText and WritingPrompts need a file).
+    `path`, the `split` of the Hub copy through ``datasets`` (WebText and WritingPrompts need a file).
     """
     spec = corpus(key)
     if path is None:
         if spec.hub_path is None:
             raise InputError(
-                f"--data: {spec.title} has no Hub copy; give its test split file (MixCE split or GPT-2 output "
+                f"--data: {spec.title} has no Hub copy; give its {split} split file (MixCE split or GPT-2 output "
                 "dataset: .jsonl/.json/.txt)."
             )
         from distmatch.optional import require
 
         datasets = require("datasets", extra="eval", feature="open-ended corpora")
-        args = {"path": spec.hub_path, "split": "test"}
+        args = {"path": spec.hub_path, "split": split}
         if spec.hub_name:
             args["name"] = spec.hub_name
         return list(datasets.load_dataset(**args)[spec.column])

@@ -393,6 +393,23 @@ def test_example_config_passes_axolotl_validation_offline(monkeypatch, name) -> 
             "sequence_len": 512,
         },
         "tiny-cpu.yaml": {"loss": "gem_ls"},
+        # EMO Table 1 (Section 4.1): 3 epochs, AdamW at 5e-5, batch 32, 256 tokens, the lowest validation loss
+        "gpt2-lm-emo.yaml": {
+            "base_model": "gpt2",
+            "loss": "emo",
+            "emo_weighting": "emo1",
+            "emo_cost_embedding": "frozen",
+            "num_epochs": 3,
+            "learning_rate": 5e-5,
+            "micro_batch_size": 32,
+            "gradient_accumulation_steps": 1,
+            "sequence_len": 256,
+            "lr_scheduler": "linear",
+            "weight_decay": 0.0,
+            "load_best_model_at_end": True,
+            "metric_for_best_model": "eval_loss",
+            "greater_is_better": False,
+        },
         # GEM Appendix D.2 / D.3: the UltraFeedback settings with 1,024 tokens and 8 rows x 2 accumulation steps
         **{
             f"llama3-8b-{data}-gem_ls.yaml": {
@@ -425,6 +442,12 @@ def test_example_config_passes_axolotl_validation_offline(monkeypatch, name) -> 
                 "chat_template",
                 "messages",
             )
+    if name == "gpt2-lm-emo.yaml":  # the JSONL that examples/reproduce/emo_lm_data.py writes
+        splits = [(d["path"], d["type"], d["field"]) for d in (*cfg.datasets, *cfg.test_datasets)]
+        assert splits == [
+            (f"data/emo_lm/wikitext2/{s}.jsonl", "completion", "text") for s in ("train", "validation")
+        ]
+        assert cfg.eval_strategy == "epoch" and cfg.save_strategy == "epoch"
     if name.startswith("llama-7b-alpaca"):
         assert cfg.micro_batch_size * cfg.gradient_accumulation_steps * 4 == 128  # 4 GPUs
         assert "zero3" in cfg.deepspeed

@@ -259,21 +259,28 @@ def test_bundled_data_shape_and_held_out_split() -> None:
 # Paper-scale recipes and the Makefile
 
 
-RECIPES = sorted(p for p in REPRODUCE_DIR.glob("*.sh") if not p.name.startswith("_"))
+#: The Axolotl recipes (the TRL one, emo_lm_table1.sh, has its dry run in tests/trl/test_emo_lm_recipes.py).
+RECIPES = sorted(
+    p for p in REPRODUCE_DIR.glob("*.sh") if not p.name.startswith("_") and p.name != "emo_lm_table1.sh"
+)
 
 
 def test_recipes_exist_and_parse() -> None:
     assert {p.name for p in RECIPES} == {"emo_wikitext103_nlu.sh", "gem_llama3_8b_ultrafeedback.sh"}
+    assert {p.name for p in REPRODUCE_DIR.glob("*.sh")} - {p.name for p in RECIPES} == {
+        "_common.sh",
+        "emo_lm_table1.sh",
+    }
     import re
 
-    for script in [*RECIPES, REPRODUCE_DIR / "_common.sh"]:
+    for script in [*RECIPES, REPRODUCE_DIR / "_common.sh", REPRODUCE_DIR / "emo_lm_table1.sh"]:
         subprocess.run(["bash", "-n", str(script)], check=True)
         text = script.read_text(encoding="utf-8")
-        if script in RECIPES:
-            assert "set -euo pipefail" in text and "AXOLOTL_CONFIG:-$REPO_ROOT/" in text
-            configs = re.findall(
-                r"examples/axolotl/[\w.-]+\.yaml", text
-            )  # the Axolotl configs it trains with
+        if script.name != "_common.sh":
+            kind = "axolotl" if script in RECIPES else "trl"
+            assert "set -euo pipefail" in text and f"{kind.upper()}_CONFIG:-$REPO_ROOT/" in text
+            configs = re.findall(rf"examples/{kind}/[\w.$-]+\.yaml", text)  # the configs it trains with
+            configs = [c.replace("$MODEL", m) for c in configs for m in ("gpt2", "opt125m")]
             assert configs and all((REPO_ROOT / c).is_file() for c in configs), configs
     emo = (REPRODUCE_DIR / "emo_wikitext103_nlu.sh").read_text(encoding="utf-8")
     assert "3) TABLE_CONFIG=examples/axolotl/llama-7b-wikitext103-emo.yaml TABLE_MODEL=llama-7b" in emo

@@ -199,6 +199,13 @@ FAMILIES: tuple[Family, ...] = (
         "the script's own argument parser; the script runs on fixture rows of both datasets in the same test file",
     ),
     Family(
+        "emo-lm-data",
+        ("python examples/reproduce/emo_lm_data.py",),
+        "tests/trl/test_emo_lm_recipes.py",
+        False,
+        "the script's own argument parser; the script runs on the open-ended corpus fixtures in the same test file",
+    ),
+    Family(
         "opencompass",
         ("opencompass",),
         "tests/eval/opencompass/test_documented_commands.py",
