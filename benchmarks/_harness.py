@@ -84,10 +84,17 @@ def malloc_trim() -> None:
 
 
 def library_versions() -> dict:
-    """torch / transformers / trl versions and CUDA availability, read in a child process (no CUDA init here)."""
+    """torch / transformers / trl versions and CUDA availability, read in a child process (no CUDA init here); a
+    library that is not installed (TRL on a GPU image, say) is reported as ``"not installed"``."""
     code = (
-        "import json, torch, transformers, trl; print(json.dumps({'torch': torch.__version__, "
-        "'transformers': transformers.__version__, 'trl': trl.__version__, 'cuda': torch.cuda.is_available()}))"
+        "import importlib.metadata as m, json, torch\n"
+        "def v(name):\n"
+        "    try:\n"
+        "        return m.version(name)\n"
+        "    except m.PackageNotFoundError:\n"
+        "        return 'not installed'\n"
+        "print(json.dumps({'torch': torch.__version__, 'transformers': v('transformers'), 'trl': v('trl'), "
+        "'cuda': torch.cuda.is_available()}))"
     )
     out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -247,7 +247,7 @@ def test_first_use_self_check_stops_a_faulty_kernel(triton_rows, monkeypatch):
     assert kernels_module._CHECKED == set()  # not marked as checked: every later use stops too
     monkeypatch.setenv(KERNELS_ENV, "torch")  # the way out the message gives
     assert torch.isfinite(
-        fused_token_loss("gem_ls", hidden, weight, torch.tensor([0, 1, 2, 8]), beta=0.7)
+        fused_token_loss("gem_ls", hidden, weight, torch.tensor([0, 1, 2, 8], device=DEVICE), beta=0.7)
     ).all()
 
 
