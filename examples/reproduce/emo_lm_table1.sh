@@ -60,11 +60,11 @@ export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" # eval_tasks for the d
 # local_file CORPUS PART: the local file named by <CORPUS>_<PART> (e.g. WEBTEXT_TRAIN), or nothing
 local_file() { local name="${1^^}_$2"; echo "${!name:-}"; }
 
-for corpus in $CORPORA; do # MixCE's split files have no Hub copy: refused before anything runs
-	if [[ "$corpus" == webtext || "$corpus" == writingprompts ]]; then
+for corpus in $CORPORA; do # MixCE's (and the GPT-2 output dataset's) split files have no Hub copy: refused first
+	if [[ "$corpus" == webtext || "$corpus" == writingprompts || "$corpus" == gpt2_large ]]; then
 		for part in TRAIN VALID TEST; do
 			if [[ -z "$(local_file "$corpus" "$part")" ]]; then
-				echo "${corpus^^}_$part is not set: $corpus has no Hub copy; give MixCE's train / valid / test split files" >&2
+				echo "${corpus^^}_$part is not set: $corpus has no Hub copy; give its train / valid / test split files" >&2
 				exit 2
 			fi
 		done

@@ -324,3 +324,29 @@ def _check_printed(data, trains, prompts, generates, scores) -> None:  # noqa: A
             words
         )  # the protocol's decoding, 5 rounds
     assert all(len([w for w in words[3:] if w.endswith("samples.jsonl")]) == 2 for words in scores)  # 2 seeds
+
+
+def test_table2_oracle_data_needs_its_files_then_runs_the_same_loop(tmp_path: Path) -> None:
+    """Table 2 is the loop on the GPT-2 output dataset's GPT-2-large samples (no Hub copy): refused in one line
+    before anything runs without its files; with them, the data / prompts commands read them."""
+    env = {**os.environ, "DRY_RUN": "1", "OUT": str(tmp_path / "out"), "CONFIG_PYTHON": sys.executable,
+           "CORPORA": "gpt2_large", "SEEDS": "1", "LOSSES": "emo"}  # fmt: skip
+    refused = subprocess.run(
+        ["bash", str(RECIPE)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "GPT2_LARGE_TRAIN is not set: gpt2_large has no Hub copy; give its train / valid / test split files"
+    )
+    files = {
+        f"GPT2_LARGE_{part}": str(FIXTURES / "webtext.test.jsonl") for part in ("TRAIN", "VALID", "TEST")
+    }
+    done = subprocess.run(
+        ["bash", str(RECIPE)], cwd=REPO_ROOT, env={**env, **files}, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = [line[2:].split() for line in done.stderr.splitlines() if line.startswith("+ ")]
+    (data,) = [w for w in printed if w[1].endswith("emo_lm_data.py")]
+    assert data[2] == "gpt2_large" and data[data.index("--source") + 1] == files["GPT2_LARGE_TRAIN"]
+    (prompts,) = [w for w in printed if w[1:3] == ["open-ended", "prompts"]]
+    assert prompts[prompts.index("--corpus") + 1] == "gpt2_large" and "--data" in prompts
