@@ -86,4 +86,9 @@ def test_bad_target_mass_is_one_line() -> None:
     with pytest.raises(ValueError) as caught:
         token_loss("emo", logits, labels, cost_embedding=torch.eye(5, dtype=F64), target_mass="kept")
     message = str(caught.value)
-    assert "\n" not in message and "target_mass" in message and "'excluded'" in message and "'included'" in message
+    assert (
+        "\n" not in message
+        and "target_mass" in message
+        and "'excluded'" in message
+        and "'included'" in message
+    )
