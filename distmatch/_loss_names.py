@@ -25,6 +25,7 @@ LOSS_OPTION_NAMES = (
     "emo_cost_embedding",
     "emo_weighting",
     "emo_ratio_clamp",
+    "emo_target_mass",
     "gem_beta",
     "ce_entropy_coef",
     "tailr_gamma",

@@ -95,6 +95,8 @@ runs() {
 	case "$1" in
 	tailr) for g in $GAMMAS; do echo "tailr-g$g --loss tailr --tailr_variant emo_code --tailr_gamma $g"; done ;;
 	mixce) for g in $GAMMAS; do echo "mixce-g$g --loss mixce --mixce_gamma $g"; done ;;
+	# EMO as gpt2.py's mode emo computes it: D = the true DEMD, the target's own mass in its value (no gt_q)
+	emo) echo "emo --loss emo --emo_target_mass included" ;;
 	*) echo "$1 --loss $1" ;;
 	esac
 }

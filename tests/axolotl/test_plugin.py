@@ -105,6 +105,18 @@ def test_unknown_loss_fails_validation_naming_the_choices(assets, tmp_path) -> N
         ("tailr", "tailr_min_weight", 1.5, "tailr_min_weight=1.5 is invalid"),
         ("tailr", "tailr_variant", "tvd", "expected one of 'tailr', 'emo_code'"),
         ("emo", "emo_ratio_clamp", -1.0, "emo_ratio_clamp=-1.0 is invalid"),
+        (
+            "emo",
+            "emo_target_mass",
+            "kept",
+            "emo_target_mass='kept' is invalid; expected one of 'excluded', 'included'",
+        ),
+        (
+            "gem_ls",
+            "emo_target_mass",
+            "included",
+            "emo_target_mass='included' has no effect with loss='gem_ls'",
+        ),
         ("prob", "anchor_kl_weight", 0.1, "anchor_kl_weight=0.1 has no effect with loss='prob'"),
         (None, "anchor_kl_weight", 0.1, "add `loss: asft` or `loss: sft_kl`"),
         ("sft_kl", "anchor_kl_weight", -0.5, "anchor_kl_weight=-0.5 is invalid"),
@@ -150,7 +162,8 @@ def test_reference_model_with_another_vocabulary_fails_validation(assets, tmp_pa
 
 
 def test_paper_variant_options(assets, tmp_path) -> None:
-    """tailr_min_weight / tailr_variant and emo_ratio_clamp: validated keys that reach the loss parameters."""
+    """tailr_min_weight / tailr_variant, emo_ratio_clamp and emo_target_mass: validated keys that reach the loss
+    parameters."""
     from trl_ext.options import loss_params
 
     cfg = validate(
@@ -162,6 +175,9 @@ def test_paper_variant_options(assets, tmp_path) -> None:
     assert loss_params("tailr", options) == {"gamma": 0.5, "min_weight": 0.3, "variant": "emo_code"}
     emo = validate(tiny_config(assets, tmp_path, loss="emo", emo_ratio_clamp=3.0), gpu=False)
     assert emo.emo_ratio_clamp == 3.0
+    emo = validate(tiny_config(assets, tmp_path, loss="emo", emo_target_mass="included"), gpu=False)
+    options = PluginManager.get_instance().plugins[PLUGIN].get_trainer_cls(emo).distmatch_options
+    assert emo.emo_target_mass == "included" and loss_params("emo", options)["target_mass"] == "included"
     with pytest.raises(ValidationError, match="emo_ratio_clamp=3.0 bounds emo1's"):
         validate(
             tiny_config(assets, tmp_path, loss="emo", emo_weighting="emo2", emo_ratio_clamp=3.0), gpu=False
@@ -399,6 +415,7 @@ def test_example_config_passes_axolotl_validation_offline(monkeypatch, name) -> 
             "loss": "emo",
             "emo_weighting": "emo1",
             "emo_cost_embedding": "frozen",
+            "emo_target_mass": "included",  # the authors' gpt2.py, mode emo: D with the target's own mass
             "num_epochs": 3,
             "learning_rate": 5e-5,
             "micro_batch_size": 32,

@@ -29,6 +29,8 @@ CONFIGS = [
     ("emo", {"weighting": "emo2"}),
     ("emo", {"weighting": "emo1", "ratio_clamp": 3.0}),  # the EMO code's continual fine-tuning mode `emo`
     ("emo", {"ratio_clamp": 0.4}),  # a cap that binds on most rows
+    ("emo", {"target_mass": "included"}),  # e = DEMD: the EMO code's language modeling (gpt2.py, mode `emo`)
+    ("emo", {"weighting": "emo2", "target_mass": "included"}),
     ("ce_entropy", {}),
     ("ce_entropy", {"entropy_coef": 0.0}),
     ("ce_entropy", {"entropy_coef": 0.5}),

@@ -397,14 +397,21 @@ def _gem_ls_surrogate(s: SurrogateAt, cfg: Config) -> torch.Tensor:
     return (r0.to(s.z.dtype) * (s.z - zy)).sum(dim=1)
 
 
-@oracle_for("emo", {"weighting": "emo1", "ratio_clamp": None})
+def emo_target_term(cfg: Config) -> float:
+    """1.0 when the value of e leaves the target's own mass out (`target_mass` 'excluded', the official
+    instruction-tuning code's `gt_q`: e = DEMD + p_y s_y), 0.0 when e = DEMD ('included', the official
+    language-modeling code gpt2.py, mode `emo`)."""
+    return {"excluded": 1.0, "included": 0.0}[cfg["target_mass"]]
+
+
+@oracle_for("emo", {"weighting": "emo1", "ratio_clamp": None, "target_mass": "excluded"})
 def _emo(at: Point, cfg: Config) -> Formula:
     emb_hat = normalise_rows(cfg["cost_embedding"]).cpu()
     s = emb_hat[at.ys] @ emb_hat.T  # s[n, i] = e_hat_i . e_hat_{y_n}
     c = 1.0 - s
     demd = 1.0 - (at.p * s).sum(dim=1)
     s_y = s[torch.arange(at.z.shape[0]), at.ys]
-    e = demd + at.py * s_y
+    e = demd + emo_target_term(cfg) * at.py * s_y  # the gradient is DEMD's either way
     d_demd = at.p * (c - demd[:, None])
     if cfg["weighting"] == "emo1":
         ratio = at.ell / (e + 1e-10)
@@ -426,7 +433,7 @@ def _emo_readable(r: Readable, cfg: Config) -> torch.Tensor:
     eh = normalise_rows(cfg["cost_embedding"])
     s = eh[r.ys] @ eh.T
     demd = 1 - (r.p * s).sum(dim=1)
-    e = demd + (r.py * s.gather(1, r.ys[:, None]).squeeze(1)).detach()
+    e = demd + emo_target_term(cfg) * (r.py * s.gather(1, r.ys[:, None]).squeeze(1)).detach()
     if cfg["weighting"] == "emo1":
         ratio = (r.ell / (e + 1e-10)).detach()
         if cfg["ratio_clamp"] is not None:

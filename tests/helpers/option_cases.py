@@ -15,7 +15,7 @@ from typing import Any
 DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
     "ce": {},
     "dft": {},
-    "emo": {"weighting": "emo1", "ratio_clamp": None},
+    "emo": {"weighting": "emo1", "ratio_clamp": None, "target_mass": "excluded"},
     "gem_linear": {"beta": 0.7},
     "gem_ls": {"beta": 0.7},
     "ce_entropy": {"entropy_coef": 0.1},
@@ -32,6 +32,7 @@ OPTION_PARAMS: dict[str, tuple[str, str]] = {
     "gem_beta": ("gem_ls", "beta"),
     "emo_weighting": ("emo", "weighting"),
     "emo_ratio_clamp": ("emo", "ratio_clamp"),
+    "emo_target_mass": ("emo", "target_mass"),
     "ce_entropy_coef": ("ce_entropy", "entropy_coef"),
     "tailr_gamma": ("tailr", "gamma"),
     "tailr_min_weight": ("tailr", "min_weight"),
@@ -51,6 +52,8 @@ VALID: list[tuple[str, Any]] = [
     ("gem_beta", 1.0),
     ("emo_weighting", "emo2"),
     ("emo_ratio_clamp", 1e-6),  # > 0 (emo1)
+    ("emo_target_mass", "included"),
+    ("emo_target_mass", "excluded"),
     ("ce_entropy_coef", 0.0),  # >= 0
     ("tailr_gamma", 0.0),  # [0, 1]
     ("tailr_gamma", 1.0),
@@ -90,10 +93,11 @@ INVALID: list[tuple[str, Any]] = [
     ("prob_max_p", 1.01),
     ("anchor_kl_weight", -1e-6),
     ("emo_weighting", "emo3"),
+    ("emo_target_mass", "kept"),
     ("tailr_variant", "tvd"),
 ]
 
-CHOICE_OPTIONS = ("emo_weighting", "tailr_variant")
+CHOICE_OPTIONS = ("emo_weighting", "emo_target_mass", "tailr_variant")
 
 
 def expected_params(option: str, value: Any) -> tuple[str, dict[str, Any]]:

@@ -44,6 +44,7 @@ SIGNATURE = {
     "sim_stride": "i64",
     "inv_beta": "fp32",
     "ratio_max": "fp32",
+    "target_coef": "fp32",
     "LOSS": "constexpr",
     "EMO1": "constexpr",
     "WANT_GRAD": "constexpr",

@@ -33,6 +33,8 @@ CASES = [
     ("emo", {"weighting": "emo1"}),
     ("emo", {"weighting": "emo2"}),
     ("emo", {"weighting": "emo1", "ratio_clamp": 0.4}),  # the cap binds on most rows
+    ("emo", {"weighting": "emo1", "target_mass": "included"}),  # e = DEMD (the EMO code's gpt2.py)
+    ("emo", {"weighting": "emo2", "target_mass": "included"}),
 ]
 CASE_IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in params.items())}" for name, params in CASES]
 

@@ -90,6 +90,8 @@ def test_unknown_loss_lists_the_choices(tmp_path):
         ({"loss": "tailr", "tailr_min_weight": 1.5}, "tailr_min_weight"),
         ({"loss": "tailr", "tailr_variant": "tvd"}, "tailr_variant"),
         ({"loss": "emo", "emo_ratio_clamp": 0.0}, "emo_ratio_clamp"),
+        ({"loss": "emo", "emo_target_mass": "kept"}, "emo_target_mass='kept' is invalid"),
+        ({"loss": "gem_ls", "emo_target_mass": "included"}, "emo_target_mass"),
         (
             {"loss": "emo", "emo_weighting": "emo2", "emo_ratio_clamp": 3.0},
             "emo_ratio_clamp=3.0 bounds emo1's",
@@ -102,7 +104,8 @@ def test_bad_option_values_are_rejected_by_the_config(tmp_path, overrides, optio
 
 
 def test_paper_variant_options_reach_the_loss_parameters(tmp_path):
-    """TaiLr's min_weight / the EMO code's tvd variant and EMO's ratio clamp: flags -> functional parameters."""
+    """TaiLr's min_weight / the EMO code's tvd variant, EMO's ratio clamp and target mass: flags -> functional
+    parameters."""
     from trl_ext.options import loss_params
 
     parser = trl.TrlParser((DistMatchSFTConfig,))
@@ -116,6 +119,11 @@ def test_paper_variant_options_reach_the_loss_parameters(tmp_path):
         ["--output_dir", str(tmp_path), "--loss", "emo", "--emo_ratio_clamp", "3.0", "--use_cpu", "true"]
     )
     assert config.emo_ratio_clamp == 3.0
+    (config,) = parser.parse_args_and_config(
+        ["--output_dir", str(tmp_path), "--loss", "emo", "--emo_target_mass", "included", "--use_cpu", "true"]
+    )
+    assert config.emo_target_mass == "included"
+    assert loss_params("emo", config.loss_options())["target_mass"] == "included"
     defaults = make_config(tmp_path, loss="tailr")
     # Unset options stay None in the config (so a default is never taken for the user's choice); the loss gets the
     # spec's defaults: TaiLr's own criterion with min_weight 0.2.
@@ -128,6 +136,7 @@ def test_paper_variant_options_reach_the_loss_parameters(tmp_path):
     assert defaults.emo_ratio_clamp is None
     assert loss_params("emo", {"emo_ratio_clamp": 3.0})["ratio_clamp"] == 3.0
     assert loss_params("emo", {})["ratio_clamp"] is None
+    assert defaults.emo_target_mass is None and loss_params("emo", {})["target_mass"] == "excluded"
 
 
 def test_parser_rejects_unknown_loss_with_the_choices(tmp_path, capsys):

@@ -173,6 +173,13 @@ def test_trl_recipe_has_the_paper_settings(model: str, hub_id: str) -> None:
         "frozen",
         None,
     )
+    # gpt2.py's D keeps the target's own mass (no gt_q): `--emo_target_mass included`, given on the command line
+    # (the recipe's documented command, emo_lm_table1.sh) so that the file stays valid with `--loss ce`
+    assert training.emo_target_mass is None
+    header = (REPO_ROOT / f"examples/trl/emo_lm_{model}.yaml").read_text(encoding="utf-8")
+    assert f"trl sft --config examples/trl/emo_lm_{model}.yaml --emo_target_mass included" in header
+    included = _parse_recipe(model, "--emo_target_mass", "included")[1].loss_options()
+    assert {**options, "emo_target_mass": "included"} == included
     assert (script.dataset_name, script.dataset_train_split, script.dataset_test_split) == (
         "data/emo_lm/wikitext2",
         "train",
@@ -315,7 +322,11 @@ def _check_printed(data, trains, prompts, generates, scores) -> None:  # noqa: A
             gammas.add(("tailr", options["tailr_gamma"]))
         elif training.loss == "mixce":
             gammas.add(("mixce", options["mixce_gamma"]))
-    assert gammas == {(loss, g) for loss in ("tailr", "mixce") for g in (0.9, 0.8, 0.7)}  # EMO 4.1's sweep
+        elif training.loss == "emo":  # gpt2.py's mode emo: D with the target's own mass (no gt_q)
+            assert options["emo_target_mass"] == "included"
+            gammas.add(("emo", options["emo_target_mass"]))
+    sweep = {(loss, g) for loss in ("tailr", "mixce") for g in (0.9, 0.8, 0.7)}  # EMO 4.1's sweep
+    assert gammas == sweep | {("emo", "included")}
     for words in prompts + generates + scores:
         cli.build_parser().parse_args(words[1:])
     for words in generates:

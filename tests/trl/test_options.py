@@ -45,12 +45,13 @@ def test_table_cells_come_from_the_specs() -> None:
     losses = {row[0].strip("`"): row for row in _rows(losses_table())}
     assert losses["ce"][2:] == ["—", "—", "yes"]  # no parameters, no options, a Triton kernel
     assert losses["gem_ls"][3] == "`gem_beta`"
-    assert losses["emo"][3] == "`emo_cost_embedding`, `emo_weighting`, `emo_ratio_clamp`"
+    assert losses["emo"][3] == "`emo_cost_embedding`, `emo_weighting`, `emo_ratio_clamp`, `emo_target_mass`"
     assert losses["mixce"][4] == "—"
     options = {row[0].strip("`"): row for row in _rows(options_table())}
     assert options["gem_beta"][1:3] == ["0.7", "`gem_linear`, `gem_ls`"]
     assert options["emo_cost_embedding"][1] == "`frozen`"  # strings quoted as code, numbers as repr
     assert options["emo_ratio_clamp"][1] == "None"
+    assert options["emo_target_mass"][1:3] == ["`excluded`", "`emo`"]
     assert all(len(row) == 4 for row in options.values())  # a "|" in a help text would add a column
 
 

@@ -294,10 +294,12 @@ def test_padding_free_training_equals_padded_training(models, data, tmp_path):
             {"variant": "emo_code", "gamma": 0.9, "min_weight": 0.3},
         ),
         ("emo", {"emo_ratio_clamp": 3.0}, {"ratio_clamp": 3.0, "weighting": "emo1"}),
+        # the EMO code's language modeling (gpt2.py, mode emo): D with the target's own mass
+        ("emo", {"emo_target_mass": "included"}, {"target_mass": "included", "weighting": "emo1"}),
         # Beyond Log Likelihood's OnlyTopLogP-0.001: CE on the tokens with p >= 0.001 (most, not all, at V = 300)
         ("prob", {"prob_q": 0.0, "prob_min_p": 0.001}, {"q": 0.0, "min_p": 0.001, "max_p": 1.0}),
     ],
-    ids=["tailr-emo_code", "emo-ratio_clamp", "prob-only_top_logp"],
+    ids=["tailr-emo_code", "emo-ratio_clamp", "emo-target_mass_included", "prob-only_top_logp"],
 )
 def test_paper_variants_train(models, data, tmp_path, loss, options, params):
     """The EMO repository's tvd baseline and its clamped emo mode, trained through TRL from the options."""

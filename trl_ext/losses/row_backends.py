@@ -36,6 +36,7 @@ SELF_CHECK_CASES: tuple[tuple[str, dict], ...] = (
     ("gem_ls", {"beta": 0.7}),
     ("emo", {"weighting": "emo1"}),
     ("emo", {"weighting": "emo2"}),
+    ("emo", {"weighting": "emo1", "target_mass": "included"}),
 )
 _CHECKED: set[tuple[str, torch.dtype]] = (
     set()

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .objectives.emo import EMO_EPS
+from .objectives.emo import EMO_EPS, target_coefficient
 from .registry import LOSSES, TRITON_LOSSES
 from .spec import ChunkResult
 
@@ -61,6 +61,7 @@ def _distmatch_row_kernel(
     sim_stride,
     inv_beta,
     ratio_max,  # EMO emo1: upper bound of the detached ratio (inf: none)
+    target_coef,  # EMO: factor of p_y s_y added to DEMD in the value (1 target mass excluded, 0 included)
     LOSS: tl.constexpr,  # 0 ce, 1 gem_linear, 2 gem_ls, 3 emo
     EMO1: tl.constexpr,  # EMO weighting: True emo1, False emo2
     WANT_GRAD: tl.constexpr,
@@ -137,8 +138,9 @@ def _distmatch_row_kernel(
         demd = 1.0 - s_mean
         p_y = tl.exp(z_y - lse)
         s_y = tl.load(sim_row + y).to(tl.float32)
-        # The official `gt_q` trick: the target's own mass left out of the value, not of the gradient.
-        e_val = tl.maximum(demd + p_y * s_y, 0.0)
+        # target_coef 1: the official `gt_q` trick, the target's own mass left out of the value, not of the
+        # gradient; 0: e = DEMD.
+        e_val = tl.maximum(demd + target_coef * (p_y * s_y), 0.0)
         if EMO1:
             ratio = tl.minimum(ce / (e_val + EMO_EPS_), ratio_max)
             loss = 0.5 * (ce + ratio * e_val)
@@ -231,6 +233,7 @@ def triton_chunk_math(
             sim.stride(0),
             1.0 / params["beta"] if "beta" in params else 1.0,
             float("inf") if params.get("ratio_clamp") is None else float(params["ratio_clamp"]),
+            target_coefficient(params),
             LOSS=_LOSS_CODE[name],
             EMO1=params.get("weighting", "emo1") == "emo1",
             WANT_GRAD=want_grad,

@@ -1,7 +1,10 @@
 """`emo`: EMO (Ren et al., ICLR 2024), CE dynamically weighted with the differentiable earth mover distance.
 
-s_i = cos(e_i, e_y) from the cost embedding, c = 1 - s, DEMD = sum_i p_i c_i = 1 - sum_i p_i s_i. The value uses
-the official code's `gt_q` trick (the target's own mass left out: e = DEMD + p_y s_y), the gradient the true DEMD.
+s_i = cos(e_i, e_y) from the cost embedding, c = 1 - s, DEMD = sum_i p_i c_i = 1 - sum_i p_i s_i.
+`target_mass` says what the value e of the EMO term is; its gradient is always the true DEMD's:
+'excluded' (default): the official instruction-tuning / continual code's `gt_q` trick, the target's own mass left
+out of the value, e = DEMD + p_y s_y; 'included': e = DEMD in value too, the official language-modeling code
+(`language_modeling/gpt2.py`, mode `emo`, behind the paper's Table 1) and the paper's formula.
 emo1 = 0.5 (l + sg(l / e) e); emo2 = sg(e / l) l + e. `ratio_clamp` c (emo1 only) caps the detached ratio:
 0.5 (l + min(sg(l / e), c) e), the `emo` mode of the EMO repository's continual fine-tuning code (c = 3.0 there).
 """
@@ -20,6 +23,7 @@ from ..spec import REQUIRED, ChunkResult, FullLogits, LossSpec, Option, Param, R
 
 EMO_EPS = 1e-10  # the official code's epsilon in the detached ratios; safe because the math runs in fp32/fp64
 WEIGHTINGS = ("emo1", "emo2")
+TARGET_MASSES = ("excluded", "included")
 
 COST_EMBEDDING = Param(
     "cost_embedding",
@@ -36,6 +40,23 @@ WEIGHTING = Param(
     type=str,
     choices=WEIGHTINGS,
 )
+
+
+TARGET_MASS = Param(
+    "target_mass",
+    "excluded",
+    validation.one_of(*TARGET_MASSES),
+    "the value of D: 'excluded' = 1 - sum_{i != y} p_i s_i (the official instruction-tuning / continual code's "
+    "`gt_q` trick), 'included' = the true DEMD 1 - sum_i p_i s_i (the official language-modeling code); the "
+    "gradient is the true DEMD's either way",
+    type=str,
+    choices=TARGET_MASSES,
+)
+
+
+def target_coefficient(params: dict[str, Any]) -> float:
+    """The factor of p_y s_y added to DEMD in the value of e: 1.0 'excluded' (`gt_q`), 0.0 'included'."""
+    return 1.0 if params.get("target_mass", "excluded") == "excluded" else 0.0
 
 
 def _ratio_clamp(value: Any) -> str | None:
@@ -75,9 +96,12 @@ def rows(r: Rows) -> ChunkResult:
     index = torch.arange(r.z.shape[0], device=r.z.device)
     s_mean = rowdot(p, similarity)  # sum_i p_i s_i
     demd = 1.0 - s_mean
-    # The official `gt_q` trick: the target's own mass is left out of the value (gradient unchanged).
-    # Clamped at 0 against rounding: mathematically e >= p_y * s_y >= 0.
-    e = (demd + p[index, y] * similarity[index, y]).clamp_min_(0.0)
+    # 'excluded': the official `gt_q` trick, the target's own mass left out of the value (gradient unchanged);
+    # 'included': e = DEMD. Clamped at 0 against rounding: mathematically e >= 0 (s_i <= 1).
+    if target_coefficient(r.params):
+        e = (demd + p[index, y] * similarity[index, y]).clamp_min_(0.0)
+    else:
+        e = demd.clamp_min(0.0)
     clamp = _clamp(r.params)
     if r.params["weighting"] == "emo1":
         ratio = ce / (e + EMO_EPS)
@@ -108,8 +132,8 @@ def reference(f: FullLogits) -> tuple[Tensor, dict[str, Tensor]]:
     target_emb = cost_hat[f.y]
     one_hot = F.one_hot(f.y, z.shape[1]).to(z.dtype)
     demd = 1.0 - ((p @ cost_hat) * target_emb).sum(-1)
-    # Official `gt_q`: the target's mass is removed from the value of p, not from its gradient.
-    p_without_target = p - (p * one_hot).detach()
+    # Official `gt_q` ('excluded'): the target's mass is removed from the value of p, not from its gradient.
+    p_without_target = p - (p * one_hot).detach() if target_coefficient(f.params) else p
     e = 1.0 - ((p_without_target @ cost_hat) * target_emb).sum(-1)
     e = e + (e.clamp_min(0.0) - e).detach()  # rounding guard, value only (e >= 0 mathematically)
     clamp = _clamp(f.params)
@@ -124,11 +148,12 @@ def reference(f: FullLogits) -> tuple[Tensor, dict[str, Tensor]]:
 SPEC = LossSpec(
     "emo",
     "`emo1`: 0.5 (l + sg(l / D) D); `emo2`: sg(D / l) l + D, where D = 1 - sum_{i != y} p_i cos(e_i, e_y) in value "
-    '(the official code\'s "target mass excluded" trick) and the true DEMD = 1 - sum_i p_i cos(e_i, e_y) in '
-    "gradient (EMO, Ren et al., ICLR 2024)",
+    '(`target_mass` "excluded", the default: the official instruction-tuning code\'s trick) or the true DEMD '
+    '1 - sum_i p_i cos(e_i, e_y) (`target_mass` "included": the official language-modeling code), and the true '
+    "DEMD in gradient (EMO, Ren et al., ICLR 2024)",
     rows,
     reference,
-    params=(COST_EMBEDDING, WEIGHTING, RATIO_CLAMP),
+    params=(COST_EMBEDDING, WEIGHTING, RATIO_CLAMP, TARGET_MASS),
     options=(
         Option(
             "emo_cost_embedding",
@@ -153,6 +178,14 @@ SPEC = LossSpec(
             "emo_ratio_clamp",
             "emo1 only: cap c on the detached ratio, 0.5 * (CE + min(sg(CE / DEMD), c) * DEMD), the official "
             "continual fine-tuning code's mode `emo` (c = 3.0); unset = no cap.",
+        ),
+        option(
+            TARGET_MASS,
+            "emo_target_mass",
+            "EMO's value of DEMD in the detached ratio (emo1) or weight (emo2): 'excluded' = 1 - sum_{i != y} p_i "
+            "s_i, the target's own mass left out (the official instruction-tuning and continual fine-tuning code, "
+            "its `gt_q`) or 'included' = the true DEMD (the official language-modeling code behind the paper's "
+            "Table 1, and the paper's formula); the gradient is the true DEMD's either way.",
         ),
     ),
     stats=("demd",),
