@@ -1,5 +1,6 @@
 """Shared cases of the loss oracle tests (tests/losses/): the (loss, params) configurations, tolerances, and builders
-of logits, fused inputs, labels, cost embeddings and upstream gradients; the path callers. Oracles: `loss_oracles`."""
+of logits, fused inputs, labels, cost embeddings, reference problems and upstream gradients; the path callers.
+Oracles: `loss_oracles`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ F64 = torch.float64
 F32 = torch.float32
 HALF_DTYPES = [torch.float16, torch.bfloat16]
 
-# (name, params) pairs; EMO's cost_embedding is added per test (it depends on V).
+# (name, params) pairs; what a loss takes besides logits and labels (EMO's cost_embedding, the anchored losses'
+# reference problem) is added per test by `with_inputs` (it depends on N and V).
 CONFIGS = [
     ("ce", {}),
     ("gem_linear", {}),
@@ -64,11 +66,6 @@ CONFIGS = [
     ("prob", {"max_p": 0.1}),  # OnlyBottomP-0.1
     ("prob", {"q": 0.0, "min_p": 0.1}),  # OnlyTopLogP-0.1
     ("prob", {"q": 0.5, "min_p": 0.02, "max_p": 0.3}),
-]
-# The anchored losses take the reference model's logits (`reference_logits=`, or `reference_hidden=` +
-# `reference_weight=` fused), which the shared sweeps cannot pass: tests/losses/test_anchored.py runs these through
-# the same oracle, path, gradient and statistics checks.
-ANCHORED_CONFIGS = [
     ("asft", {}),
     ("asft", {"kl_weight": 0.05}),  # the ASFT README's example command
     ("asft", {"kl_weight": 0.0}),  # DFT
@@ -90,7 +87,13 @@ BASIC = [
     ("dft", {}),
     ("eaft", {"k": 5}),
     ("prob", {}),
+    ("asft", {}),
+    ("sft_kl", {}),
 ]
+# The anchored losses: their cases carry a reference problem (`with_inputs`), the frozen reference model's
+# `reference_hidden` [N, d_ref] + `reference_weight` [V, d_ref] (`logits_params` turns them into `reference_logits`).
+REFERENCE_LOSSES = ("asft", "sft_kl")
+D_REF = 4  # the reference model's width, another than the policy's in every case
 
 
 def _cid(cfg):
@@ -101,7 +104,6 @@ def _cid(cfg):
 
 
 CFG_IDS = [_cid(c) for c in CONFIGS]
-ANCHORED_IDS = [_cid(c) for c in ANCHORED_CONFIGS]
 BASIC_IDS = [_cid(c) for c in BASIC]
 
 GMODES = ["sum", "mean", "const", "random", "sparse"]
@@ -128,12 +130,6 @@ def make_cost_embedding(V, dc, seed, big=True, dtype=F64, zero_rows=()):
     for r in zero_rows:
         emb[r] = 0.0
     return emb.to(dtype)
-
-
-def with_emb(name, params, emb):
-    if name == "emo":
-        return {**params, "cost_embedding": emb}
-    return dict(params)
 
 
 def make_labels(N, V, seed, n_ignored=2, argmax_of=None, n_argmax=3):
@@ -171,6 +167,43 @@ def make_reference(N=9, V=13, d_ref=4, seed=0, scale=1.5, dtype=F64):
     return hidden, torch.randn(V, d_ref, generator=gen, dtype=F64).to(dtype)
 
 
+def with_inputs(name, params, emb, *, rows, seed, requires_grad=False):
+    """`params` plus what loss `name` takes besides logits and labels, for a case of `rows` rows over emb's vocabulary
+    in emb's dtype: EMO's cost embedding `emb`; the anchored losses' reference problem (`make_reference` of the case's
+    seed; `requires_grad`: the reference tensors ask for a gradient, so a test can assert that none reaches them)."""
+    if name == "emo":
+        return {**params, "cost_embedding": emb}
+    if name in REFERENCE_LOSSES:
+        hidden, weight = make_reference(rows, emb.shape[0], D_REF, seed=seed, dtype=emb.dtype)
+        hidden, weight = hidden.requires_grad_(requires_grad), weight.requires_grad_(requires_grad)
+        return {**params, "reference_hidden": hidden, "reference_weight": weight}
+    return dict(params)
+
+
+def logits_params(params):
+    """The params of a logits path (token_loss, reference_token_loss): a reference problem enters as the reference
+    model's logits, multiplied in float64 and rounded once to the reference's dtype (what a 16-bit model hands over);
+    the oracle of a logits path takes these too."""
+    if "reference_hidden" not in params:
+        return params
+    rest = {k: v for k, v in params.items() if k not in ("reference_hidden", "reference_weight")}
+    hidden, weight = params["reference_hidden"], params["reference_weight"]
+    return {**rest, "reference_logits": (hidden.double() @ weight.double().T).to(hidden.dtype)}
+
+
+def as_float64(params):
+    """The params with every floating tensor upcast exactly to float64 (for the oracle of 16/32-bit inputs)."""
+    return {
+        k: v.detach().double() if torch.is_tensor(v) and v.is_floating_point() else v
+        for k, v in params.items()
+    }
+
+
+def reference_untouched(params):
+    """True when no gradient reached the case's reference tensors (the reference model is frozen)."""
+    return all(params[k].grad is None for k in ("reference_hidden", "reference_weight") if k in params)
+
+
 def upstream(mode, N, seed, dtype):
     gen = _gen(seed + 555)
     if mode == "sum":
@@ -194,11 +227,12 @@ def reduce_loss(loss, mode, g):
 
 
 def call_logits_path(path, name, logits, labels, params, chunk_size=None, return_stats=False):
+    params = logits_params(params)
     if path == "token":
         return token_loss(name, logits, labels, chunk_size=chunk_size, return_stats=return_stats, **params)
     if path == "reference":
-        assert not return_stats and chunk_size is None
-        return reference_token_loss(name, logits, labels, **params)
+        assert chunk_size is None
+        return reference_token_loss(name, logits, labels, return_stats=return_stats, **params)
     raise AssertionError(path)
 
 

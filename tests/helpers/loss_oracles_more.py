@@ -54,12 +54,21 @@ def _prob_surrogate(s: SurrogateAt, cfg: Config) -> torch.Tensor:
     return s.frozen.e.to(s.z.dtype) * value
 
 
+def reference_logits(cfg: Config) -> torch.Tensor:
+    """The reference model's logits a case gives: `reference_logits` (the logits paths), or `reference_hidden` @
+    `reference_weight`.T (the fused path's inputs), multiplied here in float64 (detached)."""
+    if "reference_logits" in cfg:
+        return cfg["reference_logits"].detach().double().cpu()
+    hidden, weight = cfg["reference_hidden"].detach().double(), cfg["reference_weight"].detach().double()
+    return (hidden @ weight.T).cpu()
+
+
 def _anchored(at: Point, cfg: Config, dft: bool) -> Formula:
     """ASFT's `train_v2.py`: w * CE + kl_weight * F.kl_div(log_softmax(z), softmax(z_ref)).sum(-1), w = sg(p_y)
     (mode asft) or 1 (sft+kl), the reference under no_grad. KL(p_ref || p) = sum p_ref (log p_ref - log p);
     d/dz = w (p - 1_y) + kl_weight (p - p_ref)."""
     lam = float(cfg["kl_weight"])
-    _, logp_ref, p_ref = _softmax_stats(cfg["reference_logits"].detach().double().cpu())
+    _, logp_ref, p_ref = _softmax_stats(reference_logits(cfg))
     kl = (p_ref * (logp_ref - at.logp)).sum(dim=1)
     w = at.py if dft else torch.ones_like(at.py)
     grad = w[:, None] * (at.p - at.onehot) + lam * (at.p - p_ref)
@@ -77,7 +86,7 @@ def _sft_kl(at: Point, cfg: Config) -> Formula:
 
 
 def _anchored_readable(r: Readable, cfg: Config, dft: bool) -> torch.Tensor:
-    p_ref = torch.softmax(cfg["reference_logits"].to(r.z.dtype), dim=1)
+    p_ref = torch.softmax(reference_logits(cfg).to(r.z.dtype), dim=1)
     kl = torch.nn.functional.kl_div(r.logp, p_ref, reduction="none").sum(dim=1)
     return (r.py.detach() * r.ell if dft else r.ell) + cfg["kl_weight"] * kl
 
@@ -94,7 +103,7 @@ def _sft_kl_readable(r: Readable, cfg: Config) -> torch.Tensor:
 
 def _anchored_surrogate(s: SurrogateAt, cfg: Config, dft: bool) -> torch.Tensor:
     """F(l) (F' = p_y: -exp(-l); CE: l) plus kl_weight * KL(p_ref || p(z)), differentiable as it is."""
-    p_ref = torch.softmax(cfg["reference_logits"].to(s.z.dtype), dim=1)
+    p_ref = torch.softmax(reference_logits(cfg).to(s.z.dtype), dim=1)
     kl = (p_ref * (torch.log(p_ref) - torch.log_softmax(s.z, dim=1))).sum(dim=1)
     return (-torch.exp(-s.ell) if dft else s.ell) + float(cfg["kl_weight"]) * kl
 

@@ -20,11 +20,13 @@ from tests.helpers.loss_cases import (  # noqa: E402
     F64,
     HALF_DTYPES,
     _float32_level,
+    as_float64,
     call_logits_path,
+    logits_params,
     make_cost_embedding,
     make_fused,
     upstream,
-    with_emb,
+    with_inputs,
 )
 from trl_ext.losses import (  # noqa: E402
     IGNORE_INDEX,
@@ -41,7 +43,7 @@ from trl_ext.losses import (  # noqa: E402
 def test_three_paths_agree_float32(cfg):
     name, params = cfg
     hidden, weight, labels = make_fused(11, 17, 8, seed=91, dtype=F32, n_ignored=3)
-    params = with_emb(name, params, make_cost_embedding(17, 6, seed=91, dtype=F32))
+    params = with_inputs(name, params, make_cost_embedding(17, 6, seed=91, dtype=F32), rows=11, seed=91)
     g = upstream("random", 11, 91, F32)
     logits = hidden @ weight.T
     res = {}
@@ -71,14 +73,14 @@ def test_chunk_invariance(cfg, dtype):
     name, params = cfg
     N, V, d = 10, 15, 6
     hidden, weight, labels = make_fused(N, V, d, seed=101, dtype=dtype, n_ignored=3)
-    params = with_emb(name, params, make_cost_embedding(V, 5, seed=101, dtype=dtype))
+    params = with_inputs(name, params, make_cost_embedding(V, 5, seed=101, dtype=dtype), rows=N, seed=101)
     logits = (hidden @ weight.T).detach()
     g = upstream("random", N, 101, dtype)
     tol = {"atol": 1e-12, "rtol": 1e-12} if dtype == F64 else {"atol": 2e-6, "rtol": 2e-6}
     base_tok = base_fused = None
     for cs in CHUNKS:
         z = logits.clone().requires_grad_(True)
-        loss = token_loss(name, z, labels, chunk_size=cs, **params)
+        loss = token_loss(name, z, labels, chunk_size=cs, **logits_params(params))
         (loss * g).sum().backward()
         tok = (loss.detach(), z.grad)
         h = hidden.clone().requires_grad_(True)
@@ -114,7 +116,8 @@ def test_ignored_rows_exact_zero(cfg, path, dtype):
     N, V, d = 9, 13, 6
     hidden, weight, labels = make_fused(N, V, d, seed=111, dtype=dtype, n_ignored=4)
     emb_dtype = dtype if dtype in HALF_DTYPES else F32 if dtype == F32 else F64
-    params = with_emb(name, params, make_cost_embedding(V, 5, seed=111, big=False, dtype=emb_dtype))
+    emb = make_cost_embedding(V, 5, seed=111, big=False, dtype=emb_dtype)
+    params = with_inputs(name, params, emb, rows=N, seed=111)
     ign = labels == IGNORE_INDEX
     assert ign.sum() == 4
     g = upstream("random", N, 111, F32 if dtype != F64 else F64)
@@ -147,7 +150,9 @@ def test_all_ignored_batch(cfg, path, dtype):
     N, V, d = 6, 9, 4
     hidden, weight, _ = make_fused(N, V, d, seed=121, dtype=dtype)
     labels = torch.full((N,), IGNORE_INDEX, dtype=torch.long)
-    params = with_emb(name, params, make_cost_embedding(V, 4, seed=121, big=False, dtype=dtype))
+    params = with_inputs(
+        name, params, make_cost_embedding(V, 4, seed=121, big=False, dtype=dtype), rows=N, seed=121
+    )
     if path == "fused":
         h = hidden.clone().requires_grad_(True)
         w = weight.clone().requires_grad_(True)
@@ -174,7 +179,8 @@ def test_all_ignored_mean_reduction_no_nan(cfg):
     name, params = cfg
     hidden, weight, _ = make_fused(5, 9, 4, seed=122, dtype=torch.float16)
     labels = torch.full((5,), IGNORE_INDEX)
-    params = with_emb(name, params, make_cost_embedding(9, 4, seed=122, big=False, dtype=torch.float16))
+    emb = make_cost_embedding(9, 4, seed=122, big=False, dtype=torch.float16)
+    params = with_inputs(name, params, emb, rows=5, seed=122)
     h = hidden.clone().requires_grad_(True)
     w = weight.clone().requires_grad_(True)
     loss = fused_token_loss(name, h, w, labels, **params)
@@ -205,8 +211,8 @@ def test_half_precision(cfg, path, dtype, scale):
     hidden = (hidden * scale).to(dtype)
     weight = weight.to(dtype)
     emb = make_cost_embedding(V, 5, seed=131, big=False, dtype=dtype)
-    params = with_emb(name, params, emb)
-    params64 = with_emb(name, dict(cfg[1]), emb.double())
+    params = with_inputs(name, params, emb, rows=N, seed=131)
+    params64 = as_float64(params)
     g = upstream("random", N, 131, F32)
     ign = labels == IGNORE_INDEX
     if path == "fused":
@@ -229,7 +235,7 @@ def test_half_precision(cfg, path, dtype, scale):
         (loss * g).sum().backward()
         assert z.grad.dtype == dtype
         assert torch.isfinite(z.grad).all()
-        orc = O.oracle(name, logits.double(), labels, **params64)
+        orc = O.oracle(name, logits.double(), labels, **as_float64(logits_params(params)))
         exp_z = g.double()[:, None] * orc.grad
         torch.testing.assert_close(z.grad.double(), exp_z, **_half_tol(dtype, exp_z))
         assert torch.count_nonzero(z.grad[ign]) == 0
@@ -259,13 +265,13 @@ def test_half_matches_float32_implementation(cfg, path, dtype, scale):
     hidden = (hidden * scale).to(dtype)
     weight = weight.to(dtype)
     emb = make_cost_embedding(V, 5, seed=141, big=False, dtype=dtype)
-    params = with_emb(name, params, emb)
-    params64 = with_emb(name, dict(cfg[1]), emb.double())
+    params = with_inputs(name, params, emb, rows=N, seed=141)
+    params64 = as_float64(params)
     g = upstream("random", N, 141, F32)
     if path == "fused":
         h = hidden.clone().requires_grad_(True)
         w = weight.clone().requires_grad_(True)
-        loss = fused_token_loss(name, h, w, labels, **params)
+        loss = fused_token_loss(name, h, w, labels, chunk_size=4, **params)  # test_half_precision: unchunked
         (loss * g).sum().backward()
         orc = O.oracle(name, hidden.double() @ weight.double().T, labels, **params64)
         G = g.double()[:, None] * orc.grad
@@ -277,7 +283,7 @@ def test_half_matches_float32_implementation(cfg, path, dtype, scale):
         z = (hidden.double() @ weight.double().T).to(dtype).requires_grad_(True)
         loss = call_logits_path(path, name, z, labels, params)
         (loss * g).sum().backward()
-        orc = O.oracle(name, z.detach().double(), labels, **params64)
+        orc = O.oracle(name, z.detach().double(), labels, **as_float64(logits_params(params)))
         exp_z = g.double()[:, None] * orc.grad
         torch.testing.assert_close(z.grad.double(), exp_z, **_rounded_to(dtype, exp_z))
     assert loss.dtype == F32

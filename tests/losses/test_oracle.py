@@ -16,7 +16,6 @@ import torch
 import tests.helpers.loss_oracles as O  # noqa: E402
 from tests.helpers.env import REPO_ROOT  # noqa: E402
 from tests.helpers.loss_cases import (  # noqa: E402
-    ANCHORED_CONFIGS,
     BASIC,
     BASIC_IDS,
     CFG_IDS,
@@ -25,16 +24,19 @@ from tests.helpers.loss_cases import (  # noqa: E402
     F32,
     F64,
     GMODES,
+    REFERENCE_LOSSES,
     TIGHT,
     _tol,
     assert_close,
     call_logits_path,
+    logits_params,
     make_cost_embedding,
     make_fused,
     make_logits,
     reduce_loss,
+    reference_untouched,
     upstream,
-    with_emb,
+    with_inputs,
 )
 from trl_ext.losses import (  # noqa: E402
     IGNORE_INDEX,
@@ -43,6 +45,7 @@ from trl_ext.losses import (  # noqa: E402
     fused_token_loss,
     token_loss,
 )
+from trl_ext.losses.objectives import SPECS  # noqa: E402
 
 
 def test_readme_states_the_tested_tolerances():
@@ -78,8 +81,10 @@ def test_api_constants():
 
 
 def test_configs_cover_every_loss():
-    assert {n for n, _ in CONFIGS} | {n for n, _ in ANCHORED_CONFIGS} == set(LOSS_NAMES)
-    assert {n for n, _ in BASIC} | {n for n, _ in ANCHORED_CONFIGS} == set(LOSS_NAMES)
+    assert {n for n, _ in CONFIGS} == set(LOSS_NAMES)
+    assert {n for n, _ in BASIC} == set(LOSS_NAMES)
+    # the cases of exactly the losses that take a reference model carry a reference problem (with_inputs)
+    assert set(REFERENCE_LOSSES) == {spec.name for spec in SPECS if spec.needs_reference}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +96,7 @@ def test_configs_cover_every_loss():
 def test_oracle_self_consistency(cfg):
     name, params = cfg
     logits, labels = make_logits(seed=3)
-    params = with_emb(name, params, make_cost_embedding(13, 5, seed=3))
+    params = with_inputs(name, params, make_cost_embedding(13, 5, seed=3), rows=9, seed=3)
     z = logits.clone().requires_grad_(True)
     val = O.readable(name, z, labels, params)  # the readable sg-formula, differentiated by autograd
     g = upstream("random", 9, 3, F64)
@@ -106,6 +111,21 @@ def test_oracle_self_consistency(cfg):
 # ---------------------------------------------------------------------------------------------
 
 
+# The chunk size of the chunked paths per upstream mode: every mode with another chunking, unchunked included.
+CHUNK_OF_GMODE = {"sum": None, "mean": 2, "const": 4, "random": 3, "sparse": 1}
+
+
+def _check_stats_of_loss(stats, orc, name):
+    """The per-token CE, and the loss's own statistic (EMO's DEMD, the anchored losses' KL), against the oracle."""
+    assert_close(stats.ce, orc.ce, **TIGHT)
+    if name == "emo":
+        assert_close(stats.demd, orc.demd, **EMO_TIGHT)
+    if name in REFERENCE_LOSSES:
+        assert_close(stats.kl, orc.e, **TIGHT)  # the KL, 0 at ignored rows
+    else:
+        assert stats.kl is None
+
+
 @pytest.mark.parametrize("gmode", GMODES)
 @pytest.mark.parametrize("path", ["token", "reference"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
@@ -113,40 +133,49 @@ def test_logits_paths_match_oracle(cfg, path, gmode):
     name, params = cfg
     N, V = 9, 13
     logits, labels = make_logits(N, V, seed=11)
-    params = with_emb(name, params, make_cost_embedding(V, 5, seed=11))
+    params = with_inputs(
+        name, params, make_cost_embedding(V, 5, seed=11), rows=N, seed=11, requires_grad=True
+    )
     z = logits.clone().requires_grad_(True)
-    loss = call_logits_path(path, name, z, labels, params)
+    chunk_size = CHUNK_OF_GMODE[gmode] if path == "token" else None
+    loss, stats = call_logits_path(path, name, z, labels, params, chunk_size=chunk_size, return_stats=True)
     assert loss.shape == (N,)
     assert loss.dtype == F64
-    orc = O.oracle(name, logits, labels, **params)
+    orc = O.oracle(name, logits, labels, **logits_params(params))
     assert_close(loss.detach(), orc.value, **_tol(name))
+    _check_stats_of_loss(stats, orc, name)
     g = upstream(gmode, N, 11, F64)
     reduce_loss(loss, gmode, g).backward()
     assert z.grad is not None and z.grad.dtype == F64
     assert_close(z.grad, g[:, None] * orc.grad, **_tol(name))
+    assert reference_untouched(params)  # the reference model is frozen
 
 
 @pytest.mark.parametrize("gmode", GMODES)
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
 def test_fused_matches_oracle(cfg, gmode):
     name, params = cfg
-    chunk_size = {"sum": None, "mean": 2, "const": 4, "random": 3, "sparse": None}[gmode]
+    chunk_size = CHUNK_OF_GMODE[gmode]
     N, V, d = 9, 13, 6
     hidden, weight, labels = make_fused(N, V, d, seed=21)
-    params = with_emb(name, params, make_cost_embedding(V, 5, seed=21))
+    params = with_inputs(
+        name, params, make_cost_embedding(V, 5, seed=21), rows=N, seed=21, requires_grad=True
+    )
     h = hidden.clone().requires_grad_(True)
     w = weight.clone().requires_grad_(True)
-    loss = fused_token_loss(name, h, w, labels, chunk_size=chunk_size, **params)
+    loss, stats = fused_token_loss(name, h, w, labels, chunk_size=chunk_size, return_stats=True, **params)
     assert loss.shape == (N,) and loss.dtype == F64
     logits = hidden @ weight.T
     orc = O.oracle(name, logits, labels, **params)
     assert_close(loss.detach(), orc.value, **_tol(name))
+    _check_stats_of_loss(stats, orc, name)
     g = upstream(gmode, N, 21, F64)
     reduce_loss(loss, gmode, g).backward()
     G = g[:, None] * orc.grad
     assert h.grad is not None and w.grad is not None
     assert_close(h.grad, G @ weight, **_tol(name))
     assert_close(w.grad, G.T @ hidden, **_tol(name))
+    assert reference_untouched(params)
 
 
 @pytest.mark.parametrize("path", ["token", "reference", "fused"])
@@ -156,7 +185,7 @@ def test_no_cross_row_gradient(cfg, path):
     name, params = cfg
     N, V, d = 7, 11, 5
     hidden, weight, labels = make_fused(N, V, d, seed=31, n_ignored=1)
-    params = with_emb(name, params, make_cost_embedding(V, 4, seed=31))
+    params = with_inputs(name, params, make_cost_embedding(V, 4, seed=31), rows=N, seed=31)
     logits = hidden @ weight.T
     orc = O.oracle(name, logits, labels, **params)
     valid_rows = [i for i in range(N) if labels[i] != IGNORE_INDEX]
@@ -215,26 +244,34 @@ def _graft(impl_out, surrogate_out):
     return impl_out + (surrogate_out - impl_out).detach()
 
 
+# Losses without any stop-gradient: gradcheck the implementation itself.
+TRUE_GRADIENT = ("ce", "ce_entropy", "sft_kl")
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
 def test_gradcheck_token_loss(cfg):
+    """The gradient (with per-token upstream weights) is autograd of the surrogate, a function written without
+    stop-gradients (potential or frozen-coefficient form, see tests/helpers/loss_oracles.make_surrogate), and the
+    surrogate's value differentiated numerically; losses with true gradients are gradchecked as they are."""
     name, params = cfg
     N, V = 5, 7
     logits, labels = make_logits(N, V, seed=51, n_ignored=1)
-    params = with_emb(name, params, make_cost_embedding(V, 3, seed=51))
+    params = with_inputs(name, params, make_cost_embedding(V, 3, seed=51), rows=N, seed=51)
+    sur = O.make_surrogate(name, logits, labels, **params)
+    kw = logits_params(params)
     z = logits.clone().requires_grad_(True)
-    if name in ("ce", "ce_entropy"):
-        # true gradients: gradcheck the implementation itself
+    g = upstream("random", N, 51, F64)
+    got = torch.autograd.grad((token_loss(name, z, labels, chunk_size=2, **kw) * g).sum(), z)[0]
+    assert_close(got, torch.autograd.grad((sur(z) * g).sum(), z)[0], **_tol(name))
+    if name in TRUE_GRADIENT:
 
         def fn(x):
-            return token_loss(name, x, labels, chunk_size=2, **params)
+            return token_loss(name, x, labels, chunk_size=2, **kw)
 
     else:
-        # stop-gradient losses: the spec'd gradient is the true derivative of a surrogate
-        # (potential or frozen-coefficient form, see tests/helpers/loss_oracles.surrogate)
-        sur = O.make_surrogate(name, logits, labels, **params)
 
         def fn(x):
-            return _graft(token_loss(name, x, labels, chunk_size=2, **params), sur(x))
+            return _graft(token_loss(name, x, labels, chunk_size=2, **kw), sur(x))
 
     assert torch.autograd.gradcheck(fn, (z,), eps=1e-6, atol=1e-6, rtol=1e-4)
 
@@ -244,16 +281,23 @@ def test_gradcheck_fused_token_loss(cfg):
     name, params = cfg
     N, V, d = 5, 7, 3
     hidden, weight, labels = make_fused(N, V, d, seed=61, n_ignored=1)
-    params = with_emb(name, params, make_cost_embedding(V, 4, seed=61))
+    params = with_inputs(name, params, make_cost_embedding(V, 4, seed=61), rows=N, seed=61)
+    sur = O.make_surrogate(name, hidden @ weight.T, labels, **params)
     h = hidden.clone().requires_grad_(True)
     w = weight.clone().requires_grad_(True)
-    if name in ("ce", "ce_entropy"):
+    g = upstream("random", N, 61, F64)
+    got = torch.autograd.grad(
+        (fused_token_loss(name, h, w, labels, chunk_size=2, **params) * g).sum(), (h, w)
+    )
+    want = torch.autograd.grad((sur(h @ w.T) * g).sum(), (h, w))
+    for a, b in zip(got, want):
+        assert_close(a, b, **_tol(name))
+    if name in TRUE_GRADIENT:
 
         def fn(a, b):
             return fused_token_loss(name, a, b, labels, chunk_size=2, **params)
 
     else:
-        sur = O.make_surrogate(name, hidden @ weight.T, labels, **params)
 
         def fn(a, b):
             return _graft(fused_token_loss(name, a, b, labels, chunk_size=2, **params), sur(a @ b.T))

@@ -17,14 +17,16 @@ from tests.helpers.loss_cases import (  # noqa: E402
     F32,
     F64,
     HALF_DTYPES,
+    REFERENCE_LOSSES,
     TIGHT,
     _float32_level,
     _tol,
+    logits_params,
     make_cost_embedding,
     make_fused,
     make_logits,
     upstream,
-    with_emb,
+    with_inputs,
 )
 from trl_ext.losses import (  # noqa: E402
     IGNORE_INDEX,
@@ -58,6 +60,15 @@ def _check_stats(stats, orc, name, ign):
         assert torch.count_nonzero(t[ign]) == 0
     else:
         assert stats.demd is None
+    if name in REFERENCE_LOSSES:  # the KL to the reference model, KL(p_ref || p)
+        t = stats.kl
+        assert isinstance(t, torch.Tensor) and t.is_floating_point()
+        assert not t.requires_grad and t.grad_fn is None
+        tol = TIGHT if t.dtype == F64 else {"atol": 1e-5, "rtol": 1e-5}
+        torch.testing.assert_close(t.double(), orc.e, **tol)
+        assert torch.count_nonzero(t[ign]) == 0
+    else:
+        assert stats.kl is None
 
 
 @pytest.mark.parametrize("chunk_size", [None, 3])
@@ -67,7 +78,7 @@ def test_return_stats(cfg, path, chunk_size):
     name, params = cfg
     N, V, d = 10, 13, 6
     hidden, weight, labels = make_fused(N, V, d, seed=201, n_ignored=3)
-    params = with_emb(name, params, make_cost_embedding(V, 5, seed=201))
+    params = with_inputs(name, params, make_cost_embedding(V, 5, seed=201), rows=N, seed=201)
     ign = labels == IGNORE_INDEX
     logits = hidden @ weight.T
     if path == "fused":
@@ -77,8 +88,9 @@ def test_return_stats(cfg, path, chunk_size):
         plain = fused_token_loss(name, hidden, weight, labels, chunk_size=chunk_size, **params)
     else:
         z = logits.clone().requires_grad_(True)
-        out = token_loss(name, z, labels, chunk_size=chunk_size, return_stats=True, **params)
-        plain = token_loss(name, logits, labels, chunk_size=chunk_size, **params)
+        kw = logits_params(params)
+        out = token_loss(name, z, labels, chunk_size=chunk_size, return_stats=True, **kw)
+        plain = token_loss(name, logits, labels, chunk_size=chunk_size, **kw)
     assert isinstance(out, tuple) and len(out) == 2
     loss, stats = out
     assert isinstance(plain, torch.Tensor)
@@ -101,8 +113,10 @@ def test_return_stats_half(cfg, dtype):
     logits, labels = make_logits(9, 13, seed=211, dtype=F32, n_ignored=2)
     logits = logits.to(dtype)
     emb = make_cost_embedding(13, 5, seed=211, big=False, dtype=dtype)
-    loss, stats = token_loss(name, logits, labels, return_stats=True, **with_emb(name, params, emb))
-    orc = O.oracle(name, logits.double(), labels, **with_emb(name, params, emb.double()))
+    loss, stats = token_loss(
+        name, logits, labels, return_stats=True, **with_inputs(name, params, emb, rows=9, seed=211)
+    )
+    orc = O.oracle(name, logits.double(), labels, **with_inputs(name, params, emb.double(), rows=9, seed=211))
     ign = labels == IGNORE_INDEX
     for field in ("ce", "entropy") + (("demd",) if name == "emo" else ()):
         t = getattr(stats, field)

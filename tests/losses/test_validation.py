@@ -21,11 +21,12 @@ from tests.helpers.loss_cases import (  # noqa: E402
     TIGHT,
     _tol,
     call_logits_path,
+    logits_params,
     make_cost_embedding,
     make_fused,
     make_logits,
     upstream,
-    with_emb,
+    with_inputs,
 )
 from trl_ext.losses import (  # noqa: E402
     LOSS_NAMES,
@@ -43,7 +44,7 @@ from trl_ext.losses.reference import reference_token_loss  # noqa: E402
 def test_noncontiguous_logits_and_int32_labels(cfg):
     name, params = cfg
     logits, labels = make_logits(9, 13, seed=231)
-    params = with_emb(name, params, make_cost_embedding(13, 5, seed=231))
+    params = logits_params(with_inputs(name, params, make_cost_embedding(13, 5, seed=231), rows=9, seed=231))
     nc = logits.T.contiguous().T  # same values, column-major strides
     assert not nc.is_contiguous()
     z1 = logits.clone().requires_grad_(True)
@@ -64,7 +65,7 @@ def test_fused_partial_requires_grad(cfg, which):
     name, params = cfg
     N, V, d = 7, 11, 5
     hidden, weight, labels = make_fused(N, V, d, seed=241)
-    params = with_emb(name, params, make_cost_embedding(V, 4, seed=241))
+    params = with_inputs(name, params, make_cost_embedding(V, 4, seed=241), rows=N, seed=241)
     h = hidden.clone().requires_grad_(which == "hidden")
     w = weight.clone().requires_grad_(which == "weight")
     loss = fused_token_loss(name, h, w, labels, **params)
@@ -88,7 +89,7 @@ def test_fused_partial_requires_grad(cfg, which):
 def test_no_grad_mode(cfg):
     name, params = cfg
     logits, labels = make_logits(seed=251)
-    params = with_emb(name, params, make_cost_embedding(13, 5, seed=251))
+    params = logits_params(with_inputs(name, params, make_cost_embedding(13, 5, seed=251), rows=9, seed=251))
     z = logits.clone().requires_grad_(True)
     with torch.no_grad():
         out = token_loss(name, z, labels, **params)
