@@ -7,7 +7,6 @@ end to end at tiny settings in test_benchmarks.py. Here each documented command 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +15,7 @@ import pytest
 
 from tests.helpers.doc_commands import DocCommand, commands_of, ids
 from tests.helpers.env import REPO_ROOT
+from tests.helpers.modules import load_module
 
 COMMANDS = commands_of("benchmarks")
 BENCHMARKS = REPO_ROOT / "benchmarks"
@@ -23,17 +23,9 @@ BENCHMARKS = REPO_ROOT / "benchmarks"
 
 def _script(path: Path) -> ModuleType:
     """The benchmark script as a module (its imports at the top are the standard library and `_harness`)."""
-    name = f"distmatch_documented_{path.stem}"
-    if name in sys.modules:
-        return sys.modules[name]
     if str(BENCHMARKS) not in sys.path:
         sys.path.insert(0, str(BENCHMARKS))  # the scripts import their `_harness` as a sibling
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(f"distmatch_documented_{path.stem}", path)
 
 
 def test_every_benchmark_script_is_documented() -> None:

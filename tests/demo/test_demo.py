@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.env import REPO_ROOT
+from tests.helpers.modules import load_module
 from tests.helpers.tiny_model import build_tiny_llama
 
 DEMO_DIR = REPO_ROOT / "examples" / "demo"
@@ -25,11 +26,7 @@ LOSSES = ("ce", "gem_ls", "emo", "asft")
 
 
 def _load(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(name, path)
 
 
 # run_demo.py puts its folder on sys.path when it is loaded: its modules import as `demo_config`, `demo_model`, ...

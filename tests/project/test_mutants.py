@@ -8,7 +8,6 @@ into a no-op.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -16,17 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.env import REPO_ROOT
+from tests.helpers.modules import load_module
 
 if sys.version_info < (3, 11):  # tomllib
     pytest.skip("tools/mutants.py needs Python >= 3.11 (tomllib)", allow_module_level=True)
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("distmatch_mutants", REPO_ROOT / "tools" / "mutants.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up while the class is created
-    spec.loader.exec_module(module)
-    return module
+    return load_module("distmatch_mutants", REPO_ROOT / "tools" / "mutants.py")
 
 
 def test_every_mutant_still_applies_exactly_once() -> None:

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -26,6 +25,7 @@ import pytest
 
 from tests.helpers.doc_commands import DocCommand, commands_of, ids
 from tests.helpers.env import REPO_ROOT
+from tests.helpers.modules import load_module
 
 FIXTURES = REPO_ROOT / "tests" / "eval" / "fixtures" / "open_ended"
 #: corpus -> (training file, validation file or None): each corpus in a format its reader accepts
@@ -42,12 +42,7 @@ RECIPE = REPO_ROOT / "examples" / "reproduce" / "emo_lm_table1.sh"
 
 
 def _script() -> ModuleType:
-    path = REPO_ROOT / "examples" / "reproduce" / "emo_lm_data.py"
-    spec = importlib.util.spec_from_file_location("emo_lm_data", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("emo_lm_data", REPO_ROOT / "examples" / "reproduce" / "emo_lm_data.py", register=False)
 
 
 def _read(path: Path) -> list[str]:

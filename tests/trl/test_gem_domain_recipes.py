@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 
 from tests.helpers.doc_commands import DocCommand, commands_of, ids
 from tests.helpers.env import REPO_ROOT
+from tests.helpers.modules import load_module
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gem_domain"
 SOURCES = {
@@ -30,12 +30,9 @@ COMMANDS = commands_of("gem-domain-data")
 
 
 def _script() -> ModuleType:
-    path = REPO_ROOT / "examples" / "reproduce" / "gem_domain_data.py"
-    spec = importlib.util.spec_from_file_location("gem_domain_data", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(
+        "gem_domain_data", REPO_ROOT / "examples" / "reproduce" / "gem_domain_data.py", register=False
+    )
 
 
 def _read(path: Path) -> list[dict]:

@@ -8,22 +8,17 @@ both (see the Makefile).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
 
 from tests.helpers.env import REPO_ROOT
+from tests.helpers.modules import load_module
 
 
 def _load_hook_module():
     """The hook module from the working tree, under another name (importing it must stay inert here)."""
-    spec = importlib.util.spec_from_file_location(
-        "_hook_under_test", REPO_ROOT / "distmatch_hooks" / "trl.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("_hook_under_test", REPO_ROOT / "distmatch_hooks" / "trl.py", register=False)
 
 
 hook = _load_hook_module()
