@@ -53,22 +53,33 @@ def build_tokenizer(vocab_size: int = 300):
     return fast
 
 
-def build_tiny_llama(out_dir: Path, *, vocab_size: int = 300, tie: bool = False, seed: int = 0) -> Path:
-    """Save a ~100k-parameter random Llama + tokenizer to `out_dir` and return it."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _tiny_llama_config(tokenizer: Any, *, num_hidden_layers: int, **extra: Any) -> Any:
+    """The tiny models' Llama shape (width 32, 4 heads, 2 KV heads) over `tokenizer`'s vocabulary and pad id."""
+    from transformers import LlamaConfig
 
-    tokenizer = build_tokenizer(vocab_size)
-    torch.manual_seed(seed)
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=256,
         pad_token_id=tokenizer.pad_token_id,
+        **extra,
+    )
+
+
+def build_tiny_llama(out_dir: Path, *, vocab_size: int = 300, tie: bool = False, seed: int = 0) -> Path:
+    """Save a ~100k-parameter random Llama + tokenizer to `out_dir` and return it."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    tokenizer = build_tokenizer(vocab_size)
+    torch.manual_seed(seed)
+    config = _tiny_llama_config(
+        tokenizer,
+        num_hidden_layers=2,
+        max_position_embeddings=256,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=tie,
@@ -83,19 +94,10 @@ def build_tiny_llama(out_dir: Path, *, vocab_size: int = 300, tie: bool = False,
 def build_tiny_reward_model(out_dir: Path, tokenizer: Any, *, seed: int = 0) -> Path:
     """Save a random one-layer Llama sequence-classification model (one score: a reward model) with `tokenizer`."""
     import torch
-    from transformers import LlamaConfig, LlamaForSequenceClassification
+    from transformers import LlamaForSequenceClassification
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = _tiny_llama_config(tokenizer, num_hidden_layers=1, num_labels=1)
     LlamaForSequenceClassification(config).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
