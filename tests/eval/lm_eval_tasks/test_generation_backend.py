@@ -93,3 +93,16 @@ def test_an_unknown_backend_is_refused_before_the_model_loads(
         "error: --model local-completions: the open-ended tasks force the generation length"
     )
     assert line == output.strip().splitlines()[-1]  # nothing ran after it
+
+
+def test_a_bad_backend_value_is_refused_in_one_line() -> None:
+    """From --metadata (the pre-flight, before the model loads) and from the environment variable (the resolver)."""
+    from eval_tasks.task_options import check_task_options, resolve
+
+    with pytest.raises(
+        DistMatchConfigError, match=r"generation_backend='sglang' is invalid.*one of 'hf', 'vllm'"
+    ):
+        check_task_options({"generation_backend": "sglang"}, None)
+    with pytest.raises(DistMatchConfigError, match=r"generation_backend.*'tgi'.*hf.*vllm"):
+        resolve("open_ended", {}, environ={ENV: "tgi"})
+    assert resolve("open_ended", {}, environ={ENV: "vllm"})["generation_backend"] == "vllm"
