@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from distmatch.errors import DistMatchConfigError
@@ -44,7 +44,9 @@ __all__ = [
     "ExecutionResult",
     "SandboxLimits",
     "SandboxUnavailable",
+    "MAX_TIMEOUT_S",
     "check_allowed",
+    "check_timeout",
     "execute",
     "execute_many",
 ]
@@ -54,6 +56,8 @@ ALLOW_ENV = "DISTMATCH_ALLOW_CODE_EXECUTION"
 #: Environment variable naming the interpreter the programs run with (default: see :func:`_interpreter`).
 PYTHON_ENV = "DISTMATCH_SANDBOX_PYTHON"
 SCRATCH_PREFIX = "distmatch-sandbox-"
+#: The longest time limit of one program, in seconds (``timeout_s``, the code tasks' ``code_timeout``).
+MAX_TIMEOUT_S = 600
 _INIT = Path(__file__).with_name("_sandbox_init.py")
 _SETUP_FAILED = 125
 _TAIL = 400
@@ -65,11 +69,19 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits of one run (defaults sized for HumanEval / MBPP test programs)."""
+    """Resource limits of one run (defaults sized for HumanEval / MBPP test programs); positive integers."""
 
     memory_mb: int = 1024  #: address space (RLIMIT_AS)
     file_size_mb: int = 16  #: largest file the program may write (RLIMIT_FSIZE)
     processes: int = 32  #: processes of the sandbox user (RLIMIT_NPROC)
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DistMatchConfigError(
+                    f"SandboxLimits: {field.name} must be a positive integer, got {value!r}."
+                )
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,17 @@ def check_allowed(allow: bool | None = None) -> None:
         "Refusing to run model-generated code: pass --confirm_run_unsafe_code to lm_eval for the distmatch code "
         f"tasks, or set {ALLOW_ENV}=1 (eval_tasks.code_execution runs it in a sandbox, see docs/evaluation.md)."
     )
+
+
+def check_timeout(timeout_s: object) -> float:
+    """`timeout_s` as seconds, or a one-line refusal: a number (not a bool) above 0 and at most
+    :data:`MAX_TIMEOUT_S` (``inf``, ``nan`` and ``1e10`` are refused)."""
+    ok = isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool)
+    if not (ok and 0 < timeout_s <= MAX_TIMEOUT_S):  # type: ignore[operator]  # nan fails both comparisons
+        raise DistMatchConfigError(
+            f"execute: timeout_s must be a positive number of seconds, at most {MAX_TIMEOUT_S}, got {timeout_s!r}."
+        )
+    return float(timeout_s)  # type: ignore[arg-type]
 
 
 def _interpreter(real_root: bool) -> str:
@@ -203,10 +226,13 @@ def execute(
 ) -> ExecutionResult:
     """Run `program` (Python source) in the sandbox; passed = exit status 0 within `timeout_s` seconds."""
     check_allowed(allow)
-    if not (isinstance(timeout_s, int | float) and timeout_s > 0):
+    timeout_s = check_timeout(timeout_s)
+    if not isinstance(program, str):
         raise DistMatchConfigError(
-            f"execute: timeout_s must be a positive number of seconds, got {timeout_s!r}."
+            f"execute: program must be Python source (str), got {type(program).__name__}."
         )
+    if limits is not None and not isinstance(limits, SandboxLimits):
+        raise DistMatchConfigError(f"execute: limits must be a SandboxLimits, got {type(limits).__name__}.")
     limits = limits or SandboxLimits()
     real_root = os.geteuid() == 0
     scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
@@ -264,6 +290,9 @@ def execute_many(
 ) -> list[ExecutionResult]:
     """:func:`execute` over `programs` with `workers` sandboxes at a time (default: the CPU count); in order."""
     check_allowed(allow)
+    timeout_s = check_timeout(timeout_s)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise DistMatchConfigError(f"execute_many: workers must be a positive integer, got {workers!r}.")
     workers = workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results: Iterable[ExecutionResult] = pool.map(

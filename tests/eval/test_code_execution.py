@@ -8,6 +8,7 @@ left, no process of the sandbox alive.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import socket
@@ -238,3 +239,35 @@ def test_the_limits_and_the_user_inside(clean_host) -> None:
     )
     result = ce.execute(program, 2.5, limits=limits, allow=True)
     assert result.passed, result.reason
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad input: one line before any work.
+
+
+@pytest.mark.parametrize(
+    "timeout", [math.inf, 1e10, 10**10, ce.MAX_TIMEOUT_S + 1, math.nan, True, -1, 0, "3", None]
+)
+def test_a_timeout_out_of_range_is_refused_before_anything_runs(clean_host, timeout) -> None:
+    for call in (
+        lambda: ce.execute("pass", timeout, allow=True),
+        lambda: ce.execute_many(["pass"], timeout, allow=True),
+    ):
+        with pytest.raises(
+            DistMatchConfigError, match="timeout_s must be a positive number of seconds, at most 600"
+        ) as err:
+            call()
+        assert "\n" not in str(err.value)
+
+
+def test_the_longest_timeout_is_accepted(clean_host) -> None:
+    assert run("pass", timeout_s=ce.MAX_TIMEOUT_S).passed
+
+
+@pytest.mark.parametrize("field", ["memory_mb", "file_size_mb", "processes"])
+def test_bad_limits_are_refused(field) -> None:
+    for value in (0, -1, 1.5, True, "8"):
+        with pytest.raises(DistMatchConfigError, match=f"SandboxLimits: {field} must be a positive integer"):
+            ce.SandboxLimits(**{field: value})
+    with pytest.raises(DistMatchConfigError, match="execute_many: workers must be a positive integer, got 0"):
+        ce.execute_many(["pass"], 3.0, workers=0, allow=True)
