@@ -10,7 +10,8 @@ own mount table (a fresh ``/proc`` that shows only the sandbox's processes) and 
 4. the privileges are dropped: when running as the real root, the user and group become ``nobody`` (so that the
    process-count limit applies: the kernel does not enforce it for root), every capability leaves the bounding set
    and ``no_new_privs`` is set, so nothing can remount or leave the namespaces;
-5. the program is exec'ed (as this PID 1: when it exits, the kernel kills every process left in the namespace).
+5. ``_sandbox_runner.py`` is exec'ed with the interpreter (as this PID 1: when it exits, the kernel kills every
+   process left in the namespace), and runs the program.
 
 Any failure before the exec exits with status 125 and one line on stderr: the program never runs half-sandboxed.
 Standard library only (it runs with ``python -I``).
@@ -93,7 +94,11 @@ def _drop_privileges(real_root: bool) -> None:
 
 def main(argv: list[str]) -> None:
     try:
-        scratch, cpu_s, memory_bytes, file_bytes, processes, real_root, program, python, packages = argv
+        scratch, cpu_s, memory_bytes, file_bytes, processes, real_root, program, python, packages, fds = argv
+        with open(
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_runner.py"), encoding="utf-8"
+        ) as f:
+            runner = f.read()
         _read_only_except(scratch)
         _limits(int(cpu_s), int(memory_bytes), int(file_bytes), int(processes))
         os.chdir(scratch)
@@ -111,7 +116,12 @@ def main(argv: list[str]) -> None:
         packages
     ):  # the launcher's site-packages (numpy for EvalPlus's tests) when the interpreter is another one
         env["PYTHONPATH"] = packages
-    os.execve(python, [python, "-s", "-B", program], env)
+    nonce_fd, verdict_fd = fds.split(",")
+    command = [python, "-s", "-B", "-c", runner, program, nonce_fd, verdict_fd]
+    try:
+        os.execve(python, command, env)
+    except OSError as err:  # e.g. EAGAIN: the process limit; the harness raises SandboxUnavailable
+        _fail(f"cannot start the interpreter {python}: {err}")
 
 
 if __name__ == "__main__":

@@ -16,9 +16,19 @@ new Linux namespaces (``unshare``: network, mount, PID, IPC, UTS; a user namespa
 * **time limit**: the launcher runs in its own session / process group; at ``timeout_s`` (wall clock) the whole
   group is killed, and the program is PID 1 of its PID namespace, so every process it started dies with it.
 
-A sample passes when the program exits with status 0 within the time limit. Where ``unshare`` is missing or the
-namespaces cannot be created, :func:`execute` refuses (:class:`SandboxUnavailable`) instead of running the program
-unsandboxed. Generated code runs only after an explicit opt-in: ``allow=True`` (the lm-eval code tasks pass it
+**A pass is decided by the harness.** A sample passes only when the program's code ran to its end: a runner inside
+the sandbox (``_sandbox_runner.py``) runs the program as ``__main__``, and only when that returns normally, in the
+sandbox's first process, does it read a random nonce of this run from an inherited pipe and write it to a second
+pipe; the harness counts a pass only when that pipe holds exactly the nonce and the process then ended with status
+0 within the time limit (which counts from the moment the runner starts the program). Neither output nor a way of
+ending the interpreter early counts (``sys.exit(0)``, ``os._exit(0)``, ``unittest.main()``, ``SystemExit`` inside
+the checks, an ``atexit`` handler, an excepthook, a signal handler or a thread that ends the process, a forked
+child), and after the verdict nothing of the program runs (``os._exit``). Tracing hooks, which could jump over a
+failing ``assert``, are refused. Only the last :data:`OUTPUT_TAIL` bytes of stderr are kept (stdout is dropped).
+
+Where ``unshare`` is missing, the namespaces cannot be created or the interpreter cannot be started (the runner
+never said it started the program), :func:`execute` raises :class:`SandboxUnavailable` instead of running the
+program unsandboxed or failing the sample. Generated code runs only after an explicit opt-in: ``allow=True`` (the lm-eval code tasks pass it
 once lm-eval has checked ``--confirm_run_unsafe_code``) or ``DISTMATCH_ALLOW_CODE_EXECUTION=1``.
 """
 
@@ -26,13 +36,15 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -59,12 +71,17 @@ SCRATCH_PREFIX = "distmatch-sandbox-"
 #: The longest time limit of one program, in seconds (``timeout_s``, the code tasks' ``code_timeout``).
 MAX_TIMEOUT_S = 600
 _INIT = Path(__file__).with_name("_sandbox_init.py")
-_SETUP_FAILED = 125
+#: Bytes of the program's stderr kept (its last ones); its stdout is read and dropped.
+OUTPUT_TAIL = 8192
+#: Seconds the sandbox may take to start the program (namespaces, interpreter) before it counts as unavailable.
+SETUP_LIMIT_S = 60.0
+_STARTED = b"started\n"
 _TAIL = 400
 
 
 class SandboxUnavailable(RuntimeError):
-    """The sandbox cannot be built here (no ``unshare``, no namespaces): nothing was run."""
+    """The sandbox cannot be built here, or could not start the program (no ``unshare``, no namespaces, an
+    interpreter that does not start): the program was not run."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +103,7 @@ class SandboxLimits:
 
 @dataclass(frozen=True)
 class ExecutionResult:
-    """The outcome of one program: ``passed`` (exit status 0 within the time limit) and why not."""
+    """The outcome of one program: ``passed`` (its code ran to its end within the time limit) and why not."""
 
     passed: bool
     reason: str  #: "passed", "timed out after Xs", "exit status N: <stderr tail>", "killed by signal S", ...
@@ -136,7 +153,9 @@ def _packages() -> str:
     return os.pathsep.join(p for p in paths if os.path.isdir(p))
 
 
-def _launcher(scratch: str, timeout_s: float, limits: SandboxLimits, real_root: bool) -> list[str]:
+def _launcher(
+    scratch: str, timeout_s: float, limits: SandboxLimits, real_root: bool, fds: tuple[int, int]
+) -> list[str]:
     unshare = shutil.which("unshare")
     if unshare is None:
         raise SandboxUnavailable(
@@ -158,6 +177,7 @@ def _launcher(scratch: str, timeout_s: float, limits: SandboxLimits, real_root: 
         os.path.join(scratch, "program.py"),
         python,
         _packages() if python != sys.executable else "",
+        f"{fds[0]},{fds[1]}",
     ]
     return [unshare, *namespaces, "--", sys.executable, "-I", "-B", str(_INIT), *args]
 
@@ -212,9 +232,61 @@ def _wait_gone(scratch: str, limit_s: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def _tail(data: bytes) -> str:
-    text = data.decode("utf-8", errors="replace").strip()
+def _tail(data: bytes | bytearray) -> str:
+    text = bytes(data).decode("utf-8", errors="replace").strip()
     return text[-_TAIL:].replace("\n", " | ")
+
+
+@dataclass
+class _Watch:
+    """What the harness saw of one run: the verdict pipe's bytes, the stderr tail, when the program started."""
+
+    verdict: bytearray
+    stderr: bytearray
+    started: bool = False
+    timed_out: bool = False
+
+
+def _watch(proc: subprocess.Popen[bytes], verdict_fd: int, timeout_s: float, nonce: bytes) -> _Watch:
+    """Read the program's stdout (dropped), stderr (its last OUTPUT_TAIL bytes) and the verdict pipe until they
+    close, within SETUP_LIMIT_S for the start and `timeout_s` from the start; kill the sandbox at the limit."""
+    assert proc.stdout is not None and proc.stderr is not None
+    seen = _Watch(bytearray(), bytearray())
+    room = len(_STARTED) + len(nonce) + 1  # more than this is not a verdict: keep no more
+    deadline = time.monotonic() + SETUP_LIMIT_S
+    with selectors.DefaultSelector() as selector:
+        for fd in (proc.stdout.fileno(), proc.stderr.fileno(), verdict_fd):
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                seen.timed_out = True
+                break
+            for key, _ in selector.select(remaining):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    selector.unregister(key.fd)
+                elif key.fd == verdict_fd:
+                    seen.verdict += data[: max(0, room - len(seen.verdict))]
+                elif key.fd == proc.stderr.fileno():
+                    seen.stderr += data
+                    del seen.stderr[:-OUTPUT_TAIL]
+            if not seen.started and seen.verdict.startswith(_STARTED):
+                seen.started = True
+                deadline = time.monotonic() + timeout_s
+    if not seen.timed_out:
+        try:  # every pipe closed: the program has ended, or closed them and goes on
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            seen.timed_out = True
+    if seen.timed_out:
+        _kill_sandbox(proc)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.wait()
+    return seen
 
 
 def execute(
@@ -224,9 +296,10 @@ def execute(
     limits: SandboxLimits | None = None,
     allow: bool | None = None,
 ) -> ExecutionResult:
-    """Run `program` (Python source) in the sandbox; passed = exit status 0 within `timeout_s` seconds."""
+    """Run `program` (Python source) in the sandbox; passed = its code ran to its end within `timeout_s` seconds
+    (see the module docstring). Raises :class:`SandboxUnavailable` when the sandbox could not start it."""
     check_allowed(allow)
-    timeout_s = check_timeout(timeout_s)
+    timeout = check_timeout(timeout_s)
     if not isinstance(program, str):
         raise DistMatchConfigError(
             f"execute: program must be Python source (str), got {type(program).__name__}."
@@ -235,47 +308,61 @@ def execute(
         raise DistMatchConfigError(f"execute: limits must be a SandboxLimits, got {type(limits).__name__}.")
     limits = limits or SandboxLimits()
     real_root = os.geteuid() == 0
+    nonce = secrets.token_hex(16).encode("ascii")
     scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+    fds: list[int] = []
+    proc: subprocess.Popen[bytes] | None = None
     try:
         Path(scratch, "program.py").write_text(program, encoding="utf-8")
         if real_root:
             os.chown(scratch, 65534, 65534)
             os.chown(os.path.join(scratch, "program.py"), 65534, 65534)
-        command = _launcher(scratch, timeout_s, limits, real_root)
+        nonce_r, nonce_w = os.pipe()
+        fds += [nonce_r, nonce_w]
+        os.write(nonce_w, nonce)
+        os.close(fds.pop())
+        verdict_r, verdict_w = os.pipe()
+        fds += [verdict_r, verdict_w]
+        command = _launcher(scratch, timeout, limits, real_root, (nonce_r, verdict_w))
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            pass_fds=(nonce_r, verdict_w),
             start_new_session=True,  # its own session and process group: killed as a whole
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
             cwd=scratch,
         )
+        for fd in (nonce_r, verdict_w):  # the sandbox holds them now: EOF when its last process ends
+            os.close(fd)
+            fds.remove(fd)
         try:
-            _, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_sandbox(proc)
-            try:
-                proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                proc.communicate()
-            return ExecutionResult(False, f"timed out after {timeout_s:g}s", None)
+            seen = _watch(proc, verdict_r, timeout, nonce)
         finally:
             _kill_group(proc)  # anything left in the group (the namespace's PID 1 takes the rest with it)
+            proc.stdout.close()  # type: ignore[union-attr]
+            proc.stderr.close()  # type: ignore[union-attr]
         code = proc.returncode
-        if code == 0:
-            return ExecutionResult(True, "passed", 0)
-        if code == _SETUP_FAILED and b"sandbox setup failed" in err:
-            raise SandboxUnavailable(_tail(err) + " (nothing was run)")
-        if code == 1 and b"unshare:" in err and b"Traceback" not in err:
+        if not seen.started:
+            why = f"did not start it within {SETUP_LIMIT_S:g}s" if seen.timed_out else f"exit status {code}"
             raise SandboxUnavailable(
-                f"cannot create the sandbox's namespaces: {_tail(err)} (nothing was run)"
+                f"the sandbox could not start the program ({why}): {_tail(seen.stderr)} (nothing was run)"
             )
+        if seen.timed_out:
+            return ExecutionResult(False, f"timed out after {timeout:g}s", None)
+        if code == 0 and bytes(seen.verdict) == _STARTED + nonce:
+            return ExecutionResult(True, "passed", 0)
         if code < 0:
             return ExecutionResult(False, f"killed by signal {signal.Signals(-code).name}", code)
-        return ExecutionResult(False, f"exit status {code}: {_tail(err)}", code)
+        if code == 0:
+            return ExecutionResult(
+                False, f"ended before its code ran to the end (exit status 0): {_tail(seen.stderr)}", 0
+            )
+        return ExecutionResult(False, f"exit status {code}: {_tail(seen.stderr)}", code)
     finally:
+        for fd in fds:
+            os.close(fd)
         _wait_gone(scratch)
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -288,14 +375,18 @@ def execute_many(
     limits: SandboxLimits | None = None,
     allow: bool | None = None,
 ) -> list[ExecutionResult]:
-    """:func:`execute` over `programs` with `workers` sandboxes at a time (default: the CPU count); in order."""
+    """:func:`execute` over `programs` with `workers` sandboxes at a time (default: the CPU count); in order. A
+    :class:`SandboxUnavailable` of one program cancels the ones not started and is raised."""
     check_allowed(allow)
-    timeout_s = check_timeout(timeout_s)
+    timeout = check_timeout(timeout_s)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise DistMatchConfigError(f"execute_many: workers must be a positive integer, got {workers!r}.")
     workers = workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results: Iterable[ExecutionResult] = pool.map(
-            lambda p: execute(p, timeout_s, limits=limits, allow=True), programs
-        )
-        return list(results)
+        futures = [pool.submit(execute, p, timeout, limits=limits, allow=True) for p in programs]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise

@@ -3,11 +3,13 @@
 Every attack runs for real in the sandbox (loopback addresses only, bounded time): an infinite loop, a fork loop,
 a memory hog, a write outside the scratch folder, a connection to a listener the test opens on 127.0.0.1, reading
 the parent's environment (directly and through /proc). After each: no file outside scratch, no scratch folder
-left, no process of the sandbox alive.
+left, no process of the sandbox alive. A pass is the harness's verdict: every way of ending the interpreter before
+the checks end, or of printing or writing a marker, fails a wrong HumanEval completion (issue 37).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -23,12 +26,14 @@ import pytest
 
 from distmatch.errors import DistMatchConfigError
 from eval_tasks import code_execution as ce
+from eval_tasks import code_tasks as ct
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("unshare") is None, reason="needs Linux and unshare"
 )
 
 SECRET = "DISTMATCH_TEST_SECRET_" + uuid.uuid4().hex[:8]
+FIXTURES = Path(__file__).parent / "fixtures" / "code"
 
 
 def _scratch_folders() -> set[str]:
@@ -239,6 +244,117 @@ def test_the_limits_and_the_user_inside(clean_host) -> None:
     )
     result = ce.execute(program, 2.5, limits=limits, allow=True)
     assert result.passed, result.reason
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A pass means the program's code ran to its end (issue 37): the ways to end the interpreter early, or to print or
+# write a marker, all fail a wrong HumanEval completion; a correct one still passes whatever it does afterwards.
+
+HUMANEVAL = json.loads((FIXTURES / "humaneval" / "test.jsonl").read_text().splitlines()[0])  # HumanEval/0
+WRONG = "    return False\n"  # fails check's first assert
+EARLY_EXITS = {
+    "unittest_main": "import unittest\nif __name__ == '__main__':\n    unittest.main()\n",
+    "sys_exit_0": "import sys\nsys.exit(0)\n",
+    "exit": "exit()\n",
+    "quit": "quit()\n",
+    "os__exit_0": "import os\nos._exit(0)\n",
+    "raise_system_exit": "raise SystemExit\n",
+    "atexit_os__exit": "import atexit, os\natexit.register(lambda: os._exit(0))\n",
+    "excepthook_exits_0": "import os, sys\nsys.excepthook = lambda *args: os._exit(0)\n",
+    "sigint_handler_exits_0": "import os, signal\nsignal.signal(signal.SIGINT, lambda *a: os._exit(0))\n"
+    "os.kill(os.getpid(), signal.SIGINT)\n",
+    "sigkill_self": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",  # PID 1: ignored, checks fail
+    "thread_exits_0_after_the_failure": "import os, threading, time\n"
+    "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(0))).start()\n",
+    "fork_parent_exits_0": "import os, sys\nif os.fork():\n    os.wait()\n    sys.exit(0)\n",
+    "exec_true": "import os\nos.execv('/bin/true', ['true'])\n",
+    "prints_and_writes_markers": "import os\nprint('passed')\nfor fd in range(64):\n    try:\n"
+    "        os.write(fd, b'started\\n' + b'0' * 32 + b'passed\\n')\n    except OSError:\n        pass\nos._exit(0)\n",
+}
+# Attacks inside the checks: the candidate itself ends the interpreter, or a signal handler does while it runs.
+IN_CHECK = {
+    "system_exit_in_check": "    raise SystemExit(0)\n",
+    "alarm_handler_exits_0": "    import time\n    time.sleep(2)\n    return False\n\nimport os, signal\n"
+    "signal.signal(signal.SIGALRM, lambda *a: os._exit(0))\nsignal.setitimer(signal.ITIMER_REAL, 0.2)\n",
+}
+
+
+def humaneval_program(completion: str) -> str:
+    return ct.completion_program(HUMANEVAL, "distmatch_humaneval", completion)
+
+
+@pytest.mark.parametrize("attack", sorted(EARLY_EXITS))
+def test_a_wrong_program_that_ends_before_its_checks_finish_fails(clean_host, attack) -> None:
+    result = run(humaneval_program(WRONG + "\n" + EARLY_EXITS[attack]), timeout_s=5.0)
+    assert not result.passed, (attack, result)
+
+
+@pytest.mark.parametrize("attack", sorted(IN_CHECK))
+def test_a_candidate_that_ends_the_interpreter_during_the_checks_fails(clean_host, attack) -> None:
+    result = run(humaneval_program(IN_CHECK[attack]), timeout_s=5.0)
+    assert not result.passed, (attack, result)
+
+
+def test_tracing_cannot_jump_over_a_failing_assert(clean_host) -> None:
+    program = (
+        "import sys, linecache\n"
+        "def jump(frame, event, arg):\n"
+        "    if event == 'line' and linecache.getline(__file__, frame.f_lineno).strip().startswith('assert'):\n"
+        "        try:\n            frame.f_lineno += 1\n        except ValueError:\n            pass\n"
+        "    return jump\n"
+        "sys.settrace(lambda frame, event, arg: jump if frame.f_code.co_name == 'check' else None)\n"
+        "def add(a, b):\n    return a - b\n"
+        "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(0, 0) == 0\n"
+        "check(add)\n"
+    )
+    result = run(program)
+    assert not result.passed and "the sandbox refuses sys.settrace" in result.reason, result
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "if __name__ == '__main__':\n    print(has_close_elements([1.0, 1.05], 0.1))\n",
+        "import atexit, os\natexit.register(lambda: os._exit(3))\n",  # after the verdict nothing of it runs
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n",  # nor its threads
+        "import io, sys\nprint('FAILED')\nprint('FAILED', file=sys.stderr)\nsys.stdout = io.StringIO()\n",
+    ],
+)
+def test_a_correct_program_passes_whatever_it_does_besides(clean_host, tail) -> None:
+    result = run(humaneval_program(HUMANEVAL["canonical_solution"] + "\n" + tail), timeout_s=5.0)
+    assert result == ce.ExecutionResult(True, "passed", 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The evaluating process keeps a bounded tail of the output; a sandbox that cannot start a program raises.
+
+
+def test_the_output_kept_is_a_bounded_tail(clean_host) -> None:
+    program = (
+        "import sys\nfor _ in range(25):\n    sys.stdout.write('o' * 2**20)\n    sys.stderr.write('e' * 2**20)\n"
+        "sys.stderr.write('the end')\nraise SystemExit(3)\n"
+    )
+    tracemalloc.start()
+    try:
+        result = run(program, timeout_s=10.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.returncode == 3 and result.reason.endswith("the end"), result.reason[-100:]
+    assert peak < 4 * 2**20, peak  # 50 MB printed; the evaluating process kept a few KB of it
+
+
+@pytest.mark.parametrize("how", ["interpreter_that_fails", "memory_too_small_to_start"])
+def test_a_sandbox_that_cannot_start_the_program_raises(clean_host, monkeypatch, how) -> None:
+    limits = None
+    if how == "interpreter_that_fails":
+        monkeypatch.setenv(ce.PYTHON_ENV, "/bin/false")
+    else:
+        limits = ce.SandboxLimits(memory_mb=4)
+    with pytest.raises(ce.SandboxUnavailable, match="could not start the program"):
+        run("pass", limits=limits)
+    with pytest.raises(ce.SandboxUnavailable, match="could not start the program"):
+        ce.execute_many(["pass"] * 3, 3.0, workers=2, limits=limits, allow=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
