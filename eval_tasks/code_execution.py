@@ -1,35 +1,53 @@
 """Run one generated Python program in a sandbox: :func:`execute` (the code tasks' only way to run a sample).
 
-``execute(program, timeout_s)`` writes `program` into a fresh scratch folder and runs it with the interpreter in
-new Linux namespaces (``unshare``: network, mount, PID, IPC, UTS; a user namespace too when not run as root):
+**A pass is decided by the harness.** ``execute(program, timeout_s)`` passes only when the program's code ran to its
+end: a runner inside the sandbox (``_sandbox_runner.py``) runs the program as ``__main__``, and only when that returns
+normally, in the sandbox's first process, does it read a random nonce of this run from an inherited pipe and write it
+to a second pipe; the harness counts a pass only when that pipe holds exactly the nonce and the process then ended
+with status 0 within the time limit. The nonce is in no file, argument, environment variable or output the program
+can read before its code has returned, so neither output nor a way of ending the interpreter early counts:
+``sys.exit(0)``, ``exit()``, ``os._exit(0)``, ``unittest.main()``, ``SystemExit`` raised inside the checks, an
+``atexit`` handler, a ``sys.excepthook``, a signal handler or a thread that ends the process, a forked child that
+runs to the end: all fail. After the verdict nothing of the program runs (``os._exit``: no ``atexit`` handler,
+finalizer or thread join). Tracing and profiling hooks (``sys.settrace``, ``sys.setprofile``, ``sys.monitoring``),
+which could jump over a failing ``assert``, are refused; the source is decoded as UTF-8 by the runner (a coding
+cookie cannot re-read the checks).
 
-* **no network**: the new network namespace has only a loopback that is down (a connection even to a listener on
-  the host's 127.0.0.1 fails);
-* **no writes outside the scratch folder**: every mount point is remounted read-only in the sandbox's mount
-  namespace, except the scratch folder (the program's working directory, ``HOME`` and ``TMPDIR``); the folder is
-  removed afterwards;
-* **limits**: CPU seconds, address space, file size and process count (``RLIMIT_CPU``, ``RLIMIT_AS``,
-  ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``); as root the program runs as ``nobody`` (the kernel does not apply the
-  process limit to root), without capabilities and with ``no_new_privs``;
-* **stripped environment**: only ``PATH``, ``HOME``, ``TMPDIR`` and ``LANG``; ``/proc`` shows only the sandbox's
-  own processes, so the parent's environment cannot be read there either;
-* **time limit**: the launcher runs in its own session / process group; at ``timeout_s`` (wall clock) the whole
-  group is killed, and the program is PID 1 of its PID namespace, so every process it started dies with it.
+**What the program sees** (new Linux namespaces from ``unshare``: network, mount, PID, IPC, UTS; a user namespace
+too when not run as root; then ``pivot_root`` into a root built for it, the host's root detached):
 
-**A pass is decided by the harness.** A sample passes only when the program's code ran to its end: a runner inside
-the sandbox (``_sandbox_runner.py``) runs the program as ``__main__``, and only when that returns normally, in the
-sandbox's first process, does it read a random nonce of this run from an inherited pipe and write it to a second
-pipe; the harness counts a pass only when that pipe holds exactly the nonce and the process then ended with status
-0 within the time limit (which counts from the moment the runner starts the program). Neither output nor a way of
-ending the interpreter early counts (``sys.exit(0)``, ``os._exit(0)``, ``unittest.main()``, ``SystemExit`` inside
-the checks, an ``atexit`` handler, an excepthook, a signal handler or a thread that ends the process, a forked
-child), and after the verdict nothing of the program runs (``os._exit``). Tracing hooks, which could jump over a
-failing ``assert``, are refused. Only the last :data:`OUTPUT_TAIL` bytes of stderr are kept (stdout is dropped).
+* ``/usr`` and the top-level ``/bin``, ``/sbin``, ``/lib*`` links or folders (the interpreter, its standard library
+  and shared libraries), the interpreter's prefix when it is elsewhere and the launcher's site-packages when the
+  programs run with another interpreter: all read-only;
+* ``/etc`` with only ``passwd``, ``group``, ``hosts`` (written for the sandbox), ``ld.so.cache`` and ``localtime``;
+  ``/dev`` with only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and links; a read-only ``/proc`` of its
+  own PID namespace (only the sandbox's processes);
+* its scratch folder ``/tmp/distmatch-sandbox-*`` (working directory, ``HOME``, ``TMPDIR``, ``/dev/shm``): the only
+  writable place, a tmpfs of its own capped at ``SandboxLimits.scratch_mb`` and 4,096 files; gone with the sandbox.
 
-Where ``unshare`` is missing, the namespaces cannot be created or the interpreter cannot be started (the runner
-never said it started the program), :func:`execute` raises :class:`SandboxUnavailable` instead of running the
-program unsandboxed or failing the sample. Generated code runs only after an explicit opt-in: ``allow=True`` (the lm-eval code tasks pass it
-once lm-eval has checked ``--confirm_run_unsafe_code``) or ``DISTMATCH_ALLOW_CODE_EXECUTION=1``.
+Nothing else exists there: not the host's ``/tmp``, ``/run``, ``/var``, ``/home``, ``/root``, the project, any
+Unix-domain socket file or other ``/etc`` file. **No network**: the network namespace has only a loopback that is
+down. **Limits**: CPU seconds, address space, file size, processes, 256 open files, no core files
+(``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``); as root the
+program runs as a user of its own (uid ``0x70000000`` + the launcher's PID), so its process budget is its own and
+parallel sandboxes do not share it; no capabilities (empty bounding set), ``no_new_privs``. **Environment**: only
+``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, one BLAS/OpenMP thread and ``PYTHONPATH`` (the launcher's site-packages
+when another interpreter runs the programs). **Time**: ``timeout_s`` (at most :data:`MAX_TIMEOUT_S`) counts from the
+moment the runner starts the program; then the sandbox's PID 1 is killed, and the kernel kills every process of its
+PID namespace. **Output**: only the last :data:`OUTPUT_TAIL` bytes of stderr are kept (stdout is read and
+dropped), however much the program prints.
+
+**Refusals.** Where ``unshare`` is missing, the namespaces or the root cannot be built, or the interpreter cannot be
+started (the runner never reported that it started the program), :func:`execute` raises :class:`SandboxUnavailable`:
+a sample is never failed, nor run unsandboxed, because of the sandbox. Generated code runs only after an explicit
+opt-in: ``allow=True`` (the lm-eval code tasks pass it once lm-eval has checked ``--confirm_run_unsafe_code``) or
+``DISTMATCH_ALLOW_CODE_EXECUTION=1``.
+
+**Not guaranteed**: the checks run in the program's own interpreter, and the program's functions run during them,
+so a program written against this harness can still forge a pass: by reading the nonce pipe itself, by changing the
+checks' objects through ``ctypes`` or ``gc``, or by returning an object whose ``__eq__`` is always true (as in the
+reference harnesses). The memory limit is per process (all of them: processes x ``memory_mb``). The kernel is
+shared: no defence against kernel exploits.
 """
 
 from __future__ import annotations
@@ -53,10 +71,10 @@ from distmatch.errors import DistMatchConfigError
 
 __all__ = [
     "ALLOW_ENV",
+    "MAX_TIMEOUT_S",
     "ExecutionResult",
     "SandboxLimits",
     "SandboxUnavailable",
-    "MAX_TIMEOUT_S",
     "check_allowed",
     "check_timeout",
     "execute",
@@ -70,13 +88,15 @@ PYTHON_ENV = "DISTMATCH_SANDBOX_PYTHON"
 SCRATCH_PREFIX = "distmatch-sandbox-"
 #: The longest time limit of one program, in seconds (``timeout_s``, the code tasks' ``code_timeout``).
 MAX_TIMEOUT_S = 600
-_INIT = Path(__file__).with_name("_sandbox_init.py")
 #: Bytes of the program's stderr kept (its last ones); its stdout is read and dropped.
 OUTPUT_TAIL = 8192
-#: Seconds the sandbox may take to start the program (namespaces, interpreter) before it counts as unavailable.
+#: Seconds the sandbox may take to start the program (namespaces, root, interpreter) before it counts as unavailable.
 SETUP_LIMIT_S = 60.0
+_INIT = Path(__file__).with_name("_sandbox_init.py")
 _STARTED = b"started\n"
 _TAIL = 400
+#: The program's user as root: UID_BASE + the launcher's PID (kept equal to _sandbox_init.UID_BASE).
+UID_BASE = 0x70000000
 
 
 class SandboxUnavailable(RuntimeError):
@@ -88,9 +108,10 @@ class SandboxUnavailable(RuntimeError):
 class SandboxLimits:
     """Resource limits of one run (defaults sized for HumanEval / MBPP test programs); positive integers."""
 
-    memory_mb: int = 1024  #: address space (RLIMIT_AS)
+    memory_mb: int = 1024  #: address space of each process (RLIMIT_AS)
     file_size_mb: int = 16  #: largest file the program may write (RLIMIT_FSIZE)
-    processes: int = 32  #: processes of the sandbox user (RLIMIT_NPROC)
+    processes: int = 32  #: processes and threads of the sandbox's user (RLIMIT_NPROC)
+    scratch_mb: int = 64  #: everything the program writes, all files together (the scratch tmpfs's size)
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -134,8 +155,8 @@ def check_timeout(timeout_s: object) -> float:
 
 
 def _interpreter(real_root: bool) -> str:
-    """The interpreter of the programs: ``$DISTMATCH_SANDBOX_PYTHON``; as root (programs run as ``nobody``, who may
-    not read this venv's interpreter) the system ``/usr/bin/python3`` when present; else this interpreter."""
+    """The interpreter of the programs: ``$DISTMATCH_SANDBOX_PYTHON``; as root (programs run as a user of their own,
+    who may not read this venv's interpreter) the system ``/usr/bin/python3`` when present; else this interpreter."""
     chosen = os.environ.get(PYTHON_ENV)
     if chosen:
         return chosen
@@ -153,8 +174,19 @@ def _packages() -> str:
     return os.pathsep.join(p for p in paths if os.path.isdir(p))
 
 
+def _prefixes(python: str) -> str:
+    """The folders the interpreter needs besides /usr (shown read-only): its prefix and, for a venv, the base one."""
+    if python == sys.executable:
+        found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    else:
+        found = [
+            os.path.dirname(os.path.dirname(p)) for p in (os.path.abspath(python), os.path.realpath(python))
+        ]
+    return os.pathsep.join(dict.fromkeys(p for p in found if p not in ("", "/")))
+
+
 def _launcher(
-    scratch: str, timeout_s: float, limits: SandboxLimits, real_root: bool, fds: tuple[int, int]
+    host_dir: str, timeout_s: float, limits: SandboxLimits, real_root: bool, fds: tuple[int, int]
 ) -> list[str]:
     unshare = shutil.which("unshare")
     if unshare is None:
@@ -162,20 +194,21 @@ def _launcher(
             "eval_tasks.code_execution needs util-linux's `unshare` (network, mount and PID namespaces); it is "
             "not on PATH, so no generated code is run."
         )
-    namespaces = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--mount-proc", "--kill-child"]
+    namespaces = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child"]
     if not real_root:
         namespaces.insert(0, "--map-root-user")  # a user namespace gives the other namespaces without root
     cpu = max(1, math.ceil(timeout_s)) + 1
     python = _interpreter(real_root)
     args = [
-        scratch,
+        host_dir,
         str(cpu),
         str(limits.memory_mb * 2**20),
         str(limits.file_size_mb * 2**20),
         str(limits.processes),
+        str(limits.scratch_mb * 2**20),
         "1" if real_root else "0",
-        os.path.join(scratch, "program.py"),
         python,
+        _prefixes(python),
         _packages() if python != sys.executable else "",
         f"{fds[0]},{fds[1]}",
     ]
@@ -206,25 +239,22 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _sandbox_pids(scratch: str) -> list[int]:
-    """Host processes whose working directory is inside `scratch` (every sandboxed process starts there)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cwd = os.readlink(f"/proc/{entry}/cwd")
-            except OSError:
-                continue
-            if cwd == scratch or cwd.startswith(scratch + "/"):
-                found.append(int(entry))
-    return found
-
-
-def _wait_gone(scratch: str, limit_s: float = 10.0) -> None:
-    """Wait until the kernel has reaped every process of the sandbox (its PID namespace dies with its PID 1)."""
+def _wait_gone(uid: int, limit_s: float = 10.0) -> None:
+    """Kill and wait for any process of the sandbox's user (as root; its PID namespace dies with its PID 1, so this
+    finds something only when the launcher itself was killed)."""
     deadline = time.monotonic() + limit_s
-    while (pids := _sandbox_pids(scratch)) and time.monotonic() < deadline:
-        for pid in pids:
+    while time.monotonic() < deadline:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.stat(f"/proc/{entry}").st_uid == uid:
+                        found.append(int(entry))
+                except OSError:
+                    continue
+        if not found:
+            return
+        for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -309,21 +339,18 @@ def execute(
     limits = limits or SandboxLimits()
     real_root = os.geteuid() == 0
     nonce = secrets.token_hex(16).encode("ascii")
-    scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+    host_dir = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
     fds: list[int] = []
     proc: subprocess.Popen[bytes] | None = None
     try:
-        Path(scratch, "program.py").write_text(program, encoding="utf-8")
-        if real_root:
-            os.chown(scratch, 65534, 65534)
-            os.chown(os.path.join(scratch, "program.py"), 65534, 65534)
+        Path(host_dir, "program.py").write_text(program, encoding="utf-8")
         nonce_r, nonce_w = os.pipe()
         fds += [nonce_r, nonce_w]
         os.write(nonce_w, nonce)
         os.close(fds.pop())
         verdict_r, verdict_w = os.pipe()
         fds += [verdict_r, verdict_w]
-        command = _launcher(scratch, timeout, limits, real_root, (nonce_r, verdict_w))
+        command = _launcher(host_dir, timeout, limits, real_root, (nonce_r, verdict_w))
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -332,7 +359,7 @@ def execute(
             pass_fds=(nonce_r, verdict_w),
             start_new_session=True,  # its own session and process group: killed as a whole
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
-            cwd=scratch,
+            cwd="/",
         )
         for fd in (nonce_r, verdict_w):  # the sandbox holds them now: EOF when its last process ends
             os.close(fd)
@@ -363,8 +390,9 @@ def execute(
     finally:
         for fd in fds:
             os.close(fd)
-        _wait_gone(scratch)
-        shutil.rmtree(scratch, ignore_errors=True)
+        if proc is not None and real_root:
+            _wait_gone(UID_BASE + proc.pid)
+        shutil.rmtree(host_dir, ignore_errors=True)
 
 
 def execute_many(

@@ -27,6 +27,7 @@ import pytest
 from distmatch.errors import DistMatchConfigError
 from eval_tasks import code_execution as ce
 from eval_tasks import code_tasks as ct
+from tests.helpers.env import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("unshare") is None, reason="needs Linux and unshare"
@@ -132,7 +133,9 @@ def test_write_outside_scratch_fails_and_leaves_no_file(clean_host, where) -> No
     target = folder / f"distmatch-escape-{uuid.uuid4().hex}"
     try:
         result = run(f"open({str(target)!r}, 'w').write('escaped')\n")
-        assert not result.passed and "Read-only file system" in result.reason
+        # The sandbox's /tmp is read-only and holds only its scratch folder: the host's folders are not there.
+        expected = "Read-only file system" if where == "tmp" else "No such file or directory"
+        assert not result.passed and expected in result.reason, result
         assert not target.exists()
     finally:
         if where == "world_writable_folder":
@@ -236,10 +239,15 @@ def test_the_limits_and_the_user_inside(clean_host) -> None:
         "assert r.getrlimit(r.RLIMIT_AS) == (300 * 2**20,) * 2\n"
         "assert r.getrlimit(r.RLIMIT_FSIZE) == (2 * 2**20,) * 2\n"
         "assert r.getrlimit(r.RLIMIT_NPROC) == (7, 7)\n"
+        "assert r.getrlimit(r.RLIMIT_NOFILE) == (256, 256) and r.getrlimit(r.RLIMIT_CORE) == (0, 0)\n"
         "assert os.getpid() == 1\n"  # PID 1 of its own PID namespace
-        f"assert os.geteuid() == {65534 if os.geteuid() == 0 else 0}\n"  # nobody when started by root
+        # Started by root: a user of its own (its process budget is its own), never root; else root of a user ns.
+        f"assert os.geteuid() {'>= ' + str(ce.UID_BASE) if os.geteuid() == 0 else '== 0'}\n"
+        "assert os.getuid() == os.geteuid() == os.getgid()\n"
         "status = open('/proc/self/status').read()\n"
         "assert 'CapEff:\\t0000000000000000' in status and 'NoNewPrivs:\\t1' in status, status\n"
+        "assert 'CapBnd:\\t0000000000000000' in status and 'CapPrm:\\t0000000000000000' in status, status\n"
+        "assert open('/proc/self/oom_score_adj').read().strip() == '1000'\n"  # the host's OOM killer's first pick
         "assert '/distmatch-sandbox-' in os.getcwd() and os.environ['HOME'] == os.getcwd()\n"
     )
     result = ce.execute(program, 2.5, limits=limits, allow=True)
@@ -311,6 +319,12 @@ def test_tracing_cannot_jump_over_a_failing_assert(clean_host) -> None:
     assert not result.passed and "the sandbox refuses sys.settrace" in result.reason, result
 
 
+def test_the_program_is_read_as_the_utf8_the_harness_wrote() -> None:
+    """A coding cookie in the completion cannot make the interpreter re-read the checks in another encoding."""
+    result = run("# -*- coding: latin-1 -*-\nassert len('\u00e9') == 1\n")
+    assert result.passed, result.reason
+
+
 @pytest.mark.parametrize(
     "tail",
     [
@@ -358,6 +372,94 @@ def test_a_sandbox_that_cannot_start_the_program_raises(clean_host, monkeypatch,
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Only what a program needs is visible.
+
+
+def test_only_the_interpreter_and_the_scratch_folder_are_visible(clean_host, tmp_path) -> None:
+    readable = tmp_path / "world-readable.txt"
+    readable.write_text("host data")
+    readable.chmod(0o644)
+    for folder in (tmp_path, *tmp_path.parents):
+        folder.chmod(folder.stat().st_mode | 0o005)
+    shown = {
+        p.split("/")[1]
+        for p in (ce._packages() + os.pathsep + ce._prefixes(ce._interpreter(True))).split(":")
+        if p
+    }
+    allowed = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "dev", "etc", "proc", "tmp"} | shown
+    program = (
+        "import os\n"
+        f"assert set(os.listdir('/')) <= {allowed!r}, os.listdir('/')\n"
+        "assert os.listdir('/tmp') == [os.path.basename(os.getcwd())], os.listdir('/tmp')\n"
+        "assert set(os.listdir('/etc')) <= {'passwd', 'group', 'hosts', 'ld.so.cache', 'localtime'}\n"
+        "assert set(os.listdir('/dev')) <= {'null', 'zero', 'full', 'random', 'urandom', 'fd', 'stdin', 'stdout', "
+        "'stderr', 'shm'}\n"
+        "assert os.listdir('.') == ['program.py']\n"
+        "open('/dev/null', 'w').write('x')\n"
+        "import sys, json\n"  # the standard library works
+        f"for path in {[str(readable), str(REPO_ROOT / 'pyproject.toml'), '/run', '/home', '/var', '/etc/shadow']!r}:\n"
+        "    assert not os.path.exists(path), path\n"
+    )
+    result = run(program)
+    assert result.passed, result.reason
+
+
+def test_a_unix_socket_of_the_host_cannot_be_reached(clean_host) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="distmatch-test-sock-"))
+    folder.chmod(0o777)
+    path = folder / "listener.sock"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(path))
+            path.chmod(0o777)
+            server.listen(1)
+            server.settimeout(0.5)
+            program = (
+                f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(path)!r})\n"
+                "s.sendall(b'hello from sandbox')\n"
+            )
+            result = run(program)
+            with pytest.raises(TimeoutError):
+                server.accept()  # nothing ever connected
+        assert not result.passed and "No such file or directory" in result.reason, result
+    finally:
+        shutil.rmtree(folder)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bounded resources on the host.
+
+
+def test_the_scratch_space_as_a_whole_is_capped(clean_host) -> None:
+    limits = ce.SandboxLimits(file_size_mb=4, scratch_mb=8)
+    many = run("for i in range(4):\n    open(f'f{i}', 'wb').write(b'0' * (3 * 2**20))\n", limits=limits)
+    assert not many.passed and "No space left on device" in many.reason, many
+    shm = run("open('/dev/shm/x', 'wb').write(b'0' * (3 * 2**20))\nopen('y', 'wb').write(b'0' * (3 * 2**20))\n"
+              "open('/dev/shm/z', 'wb').write(b'0' * (3 * 2**20))\n", limits=limits)  # fmt: skip
+    assert not shm.passed and "No space left on device" in shm.reason, shm
+    files = run("for i in range(5000):\n    open(f'f{i}', 'w').close()\n", limits=limits)
+    assert not files.passed and "No space left on device" in files.reason, files
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Parallel sandboxes do not share a process budget.
+
+HOLD_PROCESSES = (
+    "import os, time\nchildren = []\nfor _ in range(2):\n    pid = os.fork()\n    if pid == 0:\n"
+    "        time.sleep(0.5)\n        os._exit(0)\n    children.append(pid)\n"
+    "assert all(os.waitpid(pid, 0)[1] == 0 for pid in children)\n"
+)
+
+
+def test_parallel_sandboxes_each_have_their_own_process_budget(clean_host) -> None:
+    limits = ce.SandboxLimits(
+        processes=3
+    )  # the program and its two children, in each of 12 sandboxes at once
+    results = ce.execute_many([HOLD_PROCESSES] * 12, 10.0, workers=12, limits=limits, allow=True)
+    assert [r.reason for r in results] == ["passed"] * 12
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Bad input: one line before any work.
 
 
@@ -380,7 +482,7 @@ def test_the_longest_timeout_is_accepted(clean_host) -> None:
     assert run("pass", timeout_s=ce.MAX_TIMEOUT_S).passed
 
 
-@pytest.mark.parametrize("field", ["memory_mb", "file_size_mb", "processes"])
+@pytest.mark.parametrize("field", ["memory_mb", "file_size_mb", "processes", "scratch_mb"])
 def test_bad_limits_are_refused(field) -> None:
     for value in (0, -1, 1.5, True, "8"):
         with pytest.raises(DistMatchConfigError, match=f"SandboxLimits: {field} must be a positive integer"):
