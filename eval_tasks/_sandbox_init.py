@@ -23,7 +23,8 @@ table and IPC objects. Here, still privileged, it builds the only file system th
 3. the resource limits: CPU seconds, address space, file size, processes, open files, no core files; and the
    highest ``oom_score_adj`` (1000), so that a host out of memory kills the sandbox's processes before any other;
 4. the privileges dropped: every capability leaves the bounding set, the user becomes the sandbox's own (as root),
-   ``no_new_privs`` is set, the parent-death signal set again;
+   ``no_new_privs`` is set, the parent-death signal set again, and a seccomp filter refuses a few system calls
+   (``_SECCOMP``: memory outside every limit, new user namespaces, kernel surface no test program needs);
 5. ``_sandbox_runner.py`` is exec'ed (as this PID 1: when it exits, the kernel kills every process left in the
    namespace) with the interpreter, and runs the program.
 
@@ -54,7 +55,19 @@ UID_BASE = 0x70000000
 SCRATCH_INODES = 4096  #: files and folders the program may create (tmpfs inodes cost kernel memory)
 OPEN_FILES = 256  #: RLIMIT_NOFILE
 OOM_SCORE_ADJ = 1000  #: when the host runs out of memory, the kernel kills the sandbox's processes first
-_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+#: seccomp, per machine: (audit arch, system calls refused with EPERM, clone3, clone and unshare). Refused: memory
+#: outside every limit (memfd_create and memfd_secret files are bounded by no rlimit and no tmpfs size; SysV shared
+#: memory and message queues outlive their processes), kernel surface a test program never needs (userfaultfd, bpf,
+#: perf_event_open, the key rings, io_uring), and new user namespaces (clone / unshare with CLONE_NEWUSER: they
+#: would give the program capabilities there). clone3 answers ENOSYS: its flags cannot be read by a filter, and
+#: glibc then falls back to clone.
+_SECCOMP = {
+    "x86_64": (0xC000003E, (319, 447, 29, 68, 323, 321, 298, 248, 249, 250, 425), 435, 56, 272),
+    "aarch64": (0xC00000B7, (279, 447, 194, 186, 282, 280, 241, 217, 218, 219, 425), 435, 220, 97),
+}
+CLONE_NEWUSER = 0x10000000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 _TOP = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
 _PASSWD = "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
@@ -170,6 +183,43 @@ def _new_root(root: str, inside: str, source: bytes, uid: int, scratch_bytes: in
     os.chdir(inside)
 
 
+def _seccomp() -> None:
+    """Install the filter of `_SECCOMP` (after no_new_privs; inherited by every process the program starts)."""
+    machine = platform.machine()
+    if machine not in _SECCOMP:
+        _fail(f"no system call filter for {machine}")
+    arch, refused, clone3, clone, unshare = _SECCOMP[machine]
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    program = [
+        (load, 0, 0, 4),
+        (jeq, 1, 0, arch),
+        (ret, 0, 0, eperm),
+        (load, 0, 0, 0),
+    ]  # another ABI: refused
+    if machine == "x86_64":
+        program += [(jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # the x32 ABI
+    for number in refused:
+        program += [(jeq, 0, 1, number), (ret, 0, 0, eperm)]
+    program += [(jeq, 0, 1, clone3), (ret, 0, 0, enosys)]
+    program += [
+        (jeq, 1, 0, clone),
+        (jeq, 0, 3, unshare),
+        (load, 0, 0, 16),
+    ]  # their flags: args[0], low 32 bits
+    program += [(jset, 0, 1, CLONE_NEWUSER), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    filters = (ctypes.c_uint64 * len(program))(
+        *(c | jt << 16 | jf << 24 | k << 32 for c, jt, jf, k in program)
+    )
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Program(len(program), ctypes.addressof(filters))
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        _fail("seccomp: " + os.strerror(ctypes.get_errno()))
+
+
 def _launcher_pid() -> int:
     """The host PID of `unshare` (this process's parent), from the host's /proc, still mounted here."""
     with open("/proc/self/stat", encoding="ascii") as f:
@@ -197,6 +247,7 @@ def _drop_privileges(real_root: bool, uid: int) -> None:
         _fail("no_new_privs: " + os.strerror(ctypes.get_errno()))
     # Changing the user clears the parent-death signal: set it again (the sandbox dies with its launcher).
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    _seccomp()
 
 
 def main(argv: list[str]) -> None:
