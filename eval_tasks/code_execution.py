@@ -18,7 +18,7 @@ too when not run as root; then ``pivot_root`` into a root built for it, the host
 
 * ``/usr`` and the top-level ``/bin``, ``/sbin``, ``/lib*`` links or folders (the interpreter, its standard library
   and shared libraries), the interpreter's prefix when it is elsewhere and the launcher's site-packages when the
-  programs run with another interpreter: all read-only;
+  programs run with another interpreter: all read-only, at their own paths (whose parent folders hold nothing else);
 * ``/etc`` with only ``passwd``, ``group``, ``hosts`` (written for the sandbox), ``ld.so.cache`` and ``localtime``;
   ``/dev`` with only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and links; a read-only ``/proc`` of its
   own PID namespace (only the sandbox's processes);
@@ -30,14 +30,18 @@ Unix-domain socket file or other ``/etc`` file. **No network**: the network name
 down. **Limits**: CPU seconds, address space, file size, processes, 256 open files, no core files
 (``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``); as root the
 program runs as a user of its own (uid ``0x70000000`` + the launcher's PID), so its process budget is its own and
-parallel sandboxes do not share it; no capabilities (empty bounding set), ``no_new_privs``. **Environment**: only
+parallel sandboxes do not share it; ``oom_score_adj`` 1000 (a host out of memory kills the sandbox first). **No
+privileges**: no capabilities (empty bounding set), ``no_new_privs``, and a seccomp filter refusing
+``memfd_create`` / ``memfd_secret`` (memory no limit bounds), SysV shared memory and message queues, new user
+namespaces, ``userfaultfd``, ``bpf``, ``perf_event_open``, the key rings and ``io_uring``. **Environment**: only
 ``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, one BLAS/OpenMP thread and ``PYTHONPATH`` (the launcher's site-packages
 when another interpreter runs the programs). **Time**: ``timeout_s`` (at most :data:`MAX_TIMEOUT_S`) counts from the
 moment the runner starts the program; then the sandbox's PID 1 is killed, and the kernel kills every process of its
 PID namespace. **Output**: only the last :data:`OUTPUT_TAIL` bytes of stderr are kept (stdout is read and
 dropped), however much the program prints.
 
-**Refusals.** Where ``unshare`` is missing, the namespaces or the root cannot be built, or the interpreter cannot be
+**Refusals.** ``timeout_s`` must be a number above 0 and at most :data:`MAX_TIMEOUT_S` (one line, before anything
+runs: ``inf``, ``nan``, ``1e10`` and ``True`` are refused). Where ``unshare`` is missing, the namespaces or the root cannot be built, or the interpreter cannot be
 started (the runner never reported that it started the program), :func:`execute` raises :class:`SandboxUnavailable`:
 a sample is never failed, nor run unsandboxed, because of the sandbox. Generated code runs only after an explicit
 opt-in: ``allow=True`` (the lm-eval code tasks pass it once lm-eval has checked ``--confirm_run_unsafe_code``) or
@@ -46,8 +50,9 @@ opt-in: ``allow=True`` (the lm-eval code tasks pass it once lm-eval has checked 
 **Not guaranteed**: the checks run in the program's own interpreter, and the program's functions run during them,
 so a program written against this harness can still forge a pass: by reading the nonce pipe itself, by changing the
 checks' objects through ``ctypes`` or ``gc``, or by returning an object whose ``__eq__`` is always true (as in the
-reference harnesses). The memory limit is per process (all of them: processes x ``memory_mb``). The kernel is
-shared: no defence against kernel exploits.
+reference harnesses). The memory limit is per process (all of them: processes x ``memory_mb``). Started as another
+user than root, the sandboxes share that user's process limit. The kernel is shared: no defence against kernel
+exploits. Linux on x86-64 or ARM64 only (the system call numbers of ``pivot_root`` and the seccomp filter).
 """
 
 from __future__ import annotations

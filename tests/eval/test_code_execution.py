@@ -4,7 +4,7 @@ Every attack runs for real in the sandbox (loopback addresses only, bounded time
 a memory hog, a write outside the scratch folder, a connection to a listener the test opens on 127.0.0.1, reading
 the parent's environment (directly and through /proc). After each: no file outside scratch, no scratch folder
 left, no process of the sandbox alive. A pass is the harness's verdict: every way of ending the interpreter before
-the checks end, or of printing or writing a marker, fails a wrong HumanEval completion (issue 37).
+the checks end, or of printing or writing a marker, fails a wrong HumanEval completion.
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def test_the_limits_and_the_user_inside(clean_host) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# A pass means the program's code ran to its end (issue 37): the ways to end the interpreter early, or to print or
+# A pass means the program's code ran to its end: the ways to end the interpreter early, or to print or
 # write a marker, all fail a wrong HumanEval completion; a correct one still passes whatever it does afterwards.
 
 HUMANEVAL = json.loads((FIXTURES / "humaneval" / "test.jsonl").read_text().splitlines()[0])  # HumanEval/0

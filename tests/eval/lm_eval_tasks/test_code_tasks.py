@@ -131,7 +131,7 @@ def test_chat_prompt_puts_the_response_prefix_in_the_assistant_turn(
 
 
 def test_completions_that_end_the_interpreter_early_score_zero(code_env: dict[str, str], monkeypatch) -> None:
-    """Issue 37 through the task: every way of ending the interpreter before the checks end (sys.exit(0),
+    """Through the task: every way of ending the interpreter before the checks end (sys.exit(0),
     unittest.main(), os._exit(0), atexit, excepthook, signals, threads, forks, printed markers, SystemExit inside
     the checks) is a failed sample, so pass@k of wrong completions that try them is 0; a correct one still counts."""
     for key, value in code_env.items():
