@@ -403,6 +403,10 @@ def test_only_the_interpreter_and_the_scratch_folder_are_visible(clean_host, tmp
         "assert set(os.listdir('/dev')) <= {'null', 'zero', 'full', 'random', 'urandom', 'fd', 'stdin', 'stdout', "
         "'stderr', 'shm'}\n"
         "assert os.listdir('.') == ['program.py']\n"
+        # Nothing is stacked over the root (the host's root, left there by pivot_root, shows at '/tmp/..').
+        "assert sorted(os.listdir('/tmp/..')) == sorted(os.listdir('/'))\n"
+        "points = [line.split()[4] for line in open('/proc/self/mountinfo')]\n"
+        "assert points.count('/') == 1 and not any(p.startswith(('/sys', '/run', '/mnt')) for p in points), points\n"
         "open('/dev/null', 'w').write('x')\n"
         "import sys, json\n"  # the standard library works
         f"for path in {[str(readable), str(REPO_ROOT / 'pyproject.toml'), '/run', '/home', '/var', '/etc/shadow']!r}:\n"
