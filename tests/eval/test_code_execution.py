@@ -438,6 +438,41 @@ def test_a_unix_socket_of_the_host_cannot_be_reached(clean_host) -> None:
         shutil.rmtree(folder)
 
 
+def _readable_by_others(path: Path) -> bool:
+    return bool(path.stat().st_mode & 0o004) and all(p.stat().st_mode & 0o001 for p in path.parents)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.path.exists("/usr/bin/python3"),
+    reason="needs root, setpriv and /usr/bin/python3 to start the harness as another user",
+)
+def test_started_as_another_user_the_sandbox_uses_a_user_namespace() -> None:
+    """The path the other tests (run as root) do not take: `unshare --map-root-user`, the same verdict and root."""
+    if not _readable_by_others(REPO_ROOT / "eval_tasks" / "code_execution.py"):
+        pytest.skip("the checkout is not readable by nobody")
+    harness = (
+        "from eval_tasks import code_execution as ce\n"
+        'ok = ce.execute(\'import os\\nassert os.getuid() == 0 and sorted(os.listdir("/tmp")) == '
+        "[os.path.basename(os.getcwd())]\\n', 5, allow=True)\n"
+        "early = ce.execute('import sys\\nsys.exit(0)\\nassert False\\n', 5, allow=True)\n"
+        "print(ok.passed, early.passed, ok.reason)\n"
+    )
+    command = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "/usr/bin/python3",
+        "-c",
+        harness,
+    ]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd="/", timeout=60, check=False)
+    if "SandboxUnavailable" in proc.stderr:
+        pytest.skip(f"no unprivileged user namespaces here: {proc.stderr[-300:]}")
+    assert proc.returncode == 0 and proc.stdout.split()[:2] == ["True", "False"], (proc.stdout, proc.stderr)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Bounded resources on the host.
 
