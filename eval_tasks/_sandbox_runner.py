@@ -6,7 +6,9 @@ It runs the program and tells the harness whether the program's code ran to its 
 
 1. it writes ``started`` to the verdict pipe (``VERDICT_FD``): from here on, what happens is the program's doing;
 2. it compiles PROGRAM (decoded as UTF-8 here, so a coding cookie cannot re-read the harness's checks) and runs it
-   as ``__main__`` in a fresh module, with tracing and profiling hooks refused (``sys.settrace`` / ``setprofile``
+   in a fresh module named ``__program__`` (also ``sys.modules["__main__"]``; not named ``__main__``, as in the
+   reference harnesses, so a completion's ``if __name__ == "__main__":`` block does not run), with tracing and
+   profiling hooks refused (``sys.settrace`` / ``setprofile``
    / ``sys.monitoring`` could jump over a failing ``assert``);
 3. only when that ``exec`` returns normally in this process (not in a forked child): it reads the harness's nonce
    from ``NONCE_FD`` (the nonce is in no file, argument or environment variable, and nothing of it is in this
@@ -21,6 +23,10 @@ Every function it needs is bound before the program runs, so a program that repl
 
 import os
 import sys
+
+#: The program's module name: not ``__main__``, as in the reference harnesses (openai/human-eval and EvalPlus exec
+#: the program in a fresh namespace), so a completion's ``if __name__ == "__main__":`` block does not run.
+MODULE = "__program__"
 
 
 def _run(path: str, nonce_fd: int, verdict_fd: int) -> None:
@@ -61,10 +67,10 @@ def _run(path: str, nonce_fd: int, verdict_fd: int) -> None:
 
     with open(path, "rb") as f:
         source = f.read()
-    main = types.ModuleType("__main__")
+    main = types.ModuleType(MODULE)
     main.__file__ = path
     main.__builtins__ = builtins
-    sys.modules["__main__"] = main
+    sys.modules[MODULE] = sys.modules["__main__"] = main
     sys.argv[:] = [path]
     sys.path[0] = os.path.dirname(path)
     sys.addaudithook(refuse_tracing)

@@ -1,8 +1,9 @@
 """Run one generated Python program in a sandbox: :func:`execute` (the code tasks' only way to run a sample).
 
 **A pass is decided by the harness.** ``execute(program, timeout_s)`` passes only when the program's code ran to its
-end: a runner inside the sandbox (``_sandbox_runner.py``) runs the program as ``__main__``, and only when that returns
-normally, in the sandbox's first process, does it read a random nonce of this run from an inherited pipe and write it
+end: a runner inside the sandbox (``_sandbox_runner.py``) runs the program (as module ``__program__``: like the
+reference harnesses, which exec it in a fresh namespace, a completion's ``if __name__ == "__main__":`` block does
+not run), and only when that returns normally, in the sandbox's first process, does it read a random nonce of this run from an inherited pipe and write it
 to a second pipe; the harness counts a pass only when that pipe holds exactly the nonce and the process then ended
 with status 0 within the time limit. The nonce is in no file, argument, environment variable or output the program
 can read before its code has returned, so neither output nor a way of ending the interpreter early counts:
@@ -267,6 +268,15 @@ def _wait_gone(uid: int, limit_s: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+def _signal_name(number: int) -> str:
+    """SIGKILL, ...; the number for a signal the enum does not name (the real-time ones between SIGRTMIN and MAX),
+    so that no exit of the program can raise in the harness."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
 def _tail(data: bytes | bytearray) -> str:
     text = bytes(data).decode("utf-8", errors="replace").strip()
     return text[-_TAIL:].replace("\n", " | ")
@@ -386,7 +396,7 @@ def execute(
         if code == 0 and bytes(seen.verdict) == _STARTED + nonce:
             return ExecutionResult(True, "passed", 0)
         if code < 0:
-            return ExecutionResult(False, f"killed by signal {signal.Signals(-code).name}", code)
+            return ExecutionResult(False, f"killed by signal {_signal_name(-code)}", code)
         if code == 0:
             return ExecutionResult(
                 False, f"ended before its code ran to the end (exit status 0): {_tail(seen.stderr)}", 0

@@ -262,6 +262,7 @@ HUMANEVAL = json.loads((FIXTURES / "humaneval" / "test.jsonl").read_text().split
 WRONG = "    return False\n"  # fails check's first assert
 EARLY_EXITS = {
     "unittest_main": "import unittest\nif __name__ == '__main__':\n    unittest.main()\n",
+    "unittest_main_unguarded": "import unittest\nunittest.main()\n",
     "sys_exit_0": "import sys\nsys.exit(0)\n",
     "exit": "exit()\n",
     "quit": "quit()\n",
@@ -337,6 +338,8 @@ def test_the_program_is_read_as_the_utf8_the_harness_wrote() -> None:
     "tail",
     [
         "if __name__ == '__main__':\n    print(has_close_elements([1.0, 1.05], 0.1))\n",
+        # Not run, as in the reference harnesses: the program's __name__ is not "__main__".
+        "import unittest\nif __name__ == '__main__':\n    unittest.main()\n",
         "import atexit, os\natexit.register(lambda: os._exit(3))\n",  # after the verdict nothing of it runs
         "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n",  # nor its threads
         "import io, sys\nprint('FAILED')\nprint('FAILED', file=sys.stderr)\nsys.stdout = io.StringIO()\n",
