@@ -8,7 +8,8 @@ It runs the program and tells the harness whether the program's code ran to its 
 2. it compiles PROGRAM (decoded as UTF-8 here, so a coding cookie cannot re-read the harness's checks) and runs it
    in a fresh module named ``__program__`` (also ``sys.modules["__main__"]``; not named ``__main__``, as in the
    reference harnesses, so a completion's ``if __name__ == "__main__":`` block does not run), with tracing and
-   profiling hooks refused (``sys.settrace`` / ``setprofile``
+   profiling hooks refused (an audit hook; ``sys.settrace(None)`` / ``sys.setprofile(None)``, which doctest calls,
+   still clear them) (``sys.settrace`` / ``setprofile``
    / ``sys.monitoring`` could jump over a failing ``assert``);
 3. only when that ``exec`` returns normally in this process (not in a forked child): it reads the harness's nonce
    from ``NONCE_FD`` (the nonce is in no file, argument or environment variable, and nothing of it is in this
@@ -42,10 +43,27 @@ def _run(path: str, nonce_fd: int, verdict_fd: int) -> None:
     blocked = frozenset(
         {"sys.settrace", "sys.setprofile", "sys._settraceallthreads", "sys._setprofileallthreads"}
     )
+    clearing = [False]  # set while `without_hook` clears a hook: the one case the audit hook lets through
 
-    def refuse_tracing(event: str, args: tuple, blocked: frozenset = blocked) -> None:
-        if event in blocked or event.startswith("sys.monitoring"):
+    def refuse_tracing(event: str, args: tuple) -> None:
+        if (event in blocked and not clearing[0]) or event.startswith("sys.monitoring"):
             raise RuntimeError(f"the sandbox refuses {event}: tracing hooks could skip the program's checks")
+
+    def without_hook(original: object, name: str) -> object:
+        """`sys.settrace` / `sys.setprofile` that accept only None (doctest saves and restores the hook)."""
+
+        def clear(function: object) -> None:
+            if function is not None:
+                raise RuntimeError(
+                    f"the sandbox refuses sys.{name}: tracing hooks could skip the program's checks"
+                )
+            clearing[0] = True
+            try:
+                original(None)  # type: ignore[operator]
+            finally:
+                clearing[0] = False
+
+        return clear
 
     def flush() -> None:
         for stream in {id(s): s for s in (*streams, sys.stdout, sys.stderr)}.values():
@@ -74,6 +92,8 @@ def _run(path: str, nonce_fd: int, verdict_fd: int) -> None:
     sys.argv[:] = [path]
     sys.path[0] = os.path.dirname(path)
     sys.addaudithook(refuse_tracing)
+    sys.settrace = without_hook(sys.settrace, "settrace")
+    sys.setprofile = without_hook(sys.setprofile, "setprofile")
     write(verdict_fd, b"started\n")
     status = 1
     try:

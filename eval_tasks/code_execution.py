@@ -10,9 +10,9 @@ can read before its code has returned, so neither output nor a way of ending the
 ``sys.exit(0)``, ``exit()``, ``os._exit(0)``, ``unittest.main()``, ``SystemExit`` raised inside the checks, an
 ``atexit`` handler, a ``sys.excepthook``, a signal handler or a thread that ends the process, a forked child that
 runs to the end: all fail. After the verdict nothing of the program runs (``os._exit``: no ``atexit`` handler,
-finalizer or thread join). Tracing and profiling hooks (``sys.settrace``, ``sys.setprofile``, ``sys.monitoring``),
-which could jump over a failing ``assert``, are refused; the source is decoded as UTF-8 by the runner (a coding
-cookie cannot re-read the checks).
+finalizer or thread join). Tracing and profiling hooks (``sys.settrace``, ``sys.setprofile``, ``sys.monitoring``,
+the C API's ``PyEval_SetTrace``), which could jump over a failing ``assert``, are refused (clearing them still
+works); the source is decoded as UTF-8 by the runner (a coding cookie cannot re-read the checks).
 
 **What the program sees** (new Linux namespaces from ``unshare``: network, mount, PID, IPC, UTS; a user namespace
 too when not run as root; then ``pivot_root`` into a root built for it, the host's root detached):

@@ -334,12 +334,28 @@ def test_the_program_is_read_as_the_utf8_the_harness_wrote() -> None:
     assert result.passed, result.reason
 
 
+def test_a_tracer_set_through_the_c_api_is_refused_too(clean_host) -> None:
+    """The audit hook behind ``sys.settrace``: ``PyEval_SetTrace`` called through ctypes sets no tracer either."""
+    program = (
+        "import ctypes\ncalls = []\n"
+        "TRACE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.py_object, ctypes.c_int, ctypes.py_object)\n"
+        "tracer = TRACE(lambda obj, frame, what, arg: calls.append(what) or 0)\n"
+        "ctypes.pythonapi.PyEval_SetTrace.argtypes = [TRACE, ctypes.py_object]\n"
+        "ctypes.pythonapi.PyEval_SetTrace(tracer, None)\n"
+        "x = 1\ny = 2\n"
+        "assert calls == [], calls[:5]\n"
+    )
+    result = run(program)
+    assert result.passed, result.reason
+
+
 @pytest.mark.parametrize(
     "tail",
     [
         "if __name__ == '__main__':\n    print(has_close_elements([1.0, 1.05], 0.1))\n",
         # Not run, as in the reference harnesses: the program's __name__ is not "__main__".
         "import unittest\nif __name__ == '__main__':\n    unittest.main()\n",
+        "import doctest\ndoctest.testmod()\n",  # it clears the tracing hook (sys.settrace(None)) and restores it
         "import atexit, os\natexit.register(lambda: os._exit(3))\n",  # after the verdict nothing of it runs
         "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n",  # nor its threads
         "import io, sys\nprint('FAILED')\nprint('FAILED', file=sys.stderr)\nsys.stdout = io.StringIO()\n",
