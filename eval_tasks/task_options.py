@@ -86,6 +86,7 @@ class TaskOption:
     env: str | None = None  #: environment variable read when the option is not given
     kind: type = str  #: str, int or bool (bools also accept "true"/"false"/"1"/"0")
     minimum: int | None = None  #: the lowest valid value of an int option
+    maximum: int | None = None  #: the highest valid value of an int option (None: no bound)
     #: what a str option names: "dir" (an existing folder), "file" (an existing file), "dir_or_off" (a folder or false)
     path: str | None = None
     tasks: str = ""  #: the tasks that read it, as the refusals name them
@@ -95,6 +96,9 @@ class TaskOption:
         if self.kind is int:
             low = self.minimum or 0
             ok = not isinstance(value, bool) and isinstance(value, int) and value >= low
+            if self.maximum is not None:
+                ok = ok and value <= self.maximum
+                return None if ok else f"an integer from {low} to {self.maximum}"
             return None if ok else f"an integer >= {low}"
         if self.kind is bool:
             ok = isinstance(value, bool) or str(value).strip().lower() in _BOOL_WORDS
@@ -295,9 +299,10 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             ("code",),
             10,
             None,
-            "seconds one test program may run in the sandbox (eval_tasks.code_execution)",
+            "seconds one test program may run in the sandbox (eval_tasks.code_execution; at most 600)",
             kind=int,
             minimum=1,
+            maximum=600,  # eval_tasks.code_execution.MAX_TIMEOUT_S
             tasks=_CODE,
         ),
         TaskOption(
