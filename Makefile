@@ -92,7 +92,7 @@ LOSS_TESTS := tests/losses
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env and not swift_env
 
 .PHONY: help demo test test-quick venvs dist mutants lint format generate clean-venvs clean test-core test-axolotl test-opencompass \
-	test-axolotl-latest test-swift $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT) FORCE
+	test-axolotl-latest test-swift gpu-kit $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT) FORCE
 
 help:
 	@echo "make demo         fine-tune SmolLM2-135M with ce / gem_ls / emo and compare them (creates .venv on first use)"
@@ -103,6 +103,7 @@ help:
 	@echo "make generate     rewrite what tools/generate.py derives from the loss specs and the NLU task table"
 	@echo "make test-core|test-axolotl|test-axolotl-latest|test-opencompass   one venv's tests"
 	@echo "make dist         build the wheel + sdist into dist/, check them, smoke-test the wheel in a clean venv"
+	@echo "make gpu-kit      the wheels a lent GPU machine lacks, for tools/gpu_check.sh (build/gpu-kit; docs/benchmarks.md)"
 	@echo "make mutants      mutation check: every wrong change in tools/mutants/*.toml must fail its tests (slow)"
 	@echo "make test-swift   the ms-swift plugin tests in .venv-swift (built on first use; a step of make test)"
 	@echo "make clean-venvs  delete the venvs;  make clean  delete caches and build outputs"
@@ -289,6 +290,12 @@ test-opencompass: $(OC_STAMP)
 # The ms-swift plugin (swift_distmatch/) in its own venv, built on first use; the last step of `make test` (docs/swift.md).
 test-swift: $(SWIFT_STAMP)
 	$(call pytest_run,$(VENV_SWIFT),swift_env,tests/swift)
+
+# The GPU kit (tools/gpu_kit.py; docs/benchmarks.md "The GPU check"): the wheels the lent GPU machine's image lacks
+# (our wheel, TRL, datasets, Liger-Kernel, Cut Cross Entropy, pytest and their missing dependencies, resolved for its
+# Python 3.12 / x86-64) into build/gpu-kit/wheels, and a check that they and the working tree fit the carry limit.
+gpu-kit: $(CORE_STAMP)
+	$(VENV)/bin/python tools/gpu_kit.py
 
 # Mutation check for developers (not part of `make test`): each wrong change listed in tools/mutants/*.toml is applied
 # to a scratch copy and the tests that must catch it run there; prints a table, fails unless all are caught.
