@@ -1,0 +1,378 @@
+#!/usr/bin/env python
+"""The GPU check (`tools/gpu_check.sh`; docs/benchmarks.md "The GPU check"): one command on a lent GPU machine.
+
+Steps, each a child process under `timeout`, all of their output under the output folder (`--out`, default `$OUT`):
+
+* install: the kit's wheels (`make gpu-kit`: build/gpu-kit/wheels) offline into a target folder (`--site`) that goes
+  first on PYTHONPATH, `--no-deps` (the image's torch is never touched); its `sitecustomize.py` processes the
+  folder's `.pth` files (our `trl sft --loss` hook) and installs the training probe (tools/gpu_check_worker.py);
+* a. `triton`: tests/losses/test_triton.py (junit XML);
+* b. `bench`: benchmarks/bench_losses.py at Llama-3-8B's head (N 8192, bf16) against full logits, TRL, Liger, CCE;
+* c. `train`: real `trl sft` runs on a Llama-3-style model built in code (vocabulary 128,256), bf16, sequence 2,048,
+  padding-free packing, the best attention available, gradient checkpointing: TRL's default loss with and without
+  `--use_liger_kernel`, and `--loss ce / gem_ls / emo / asft`; tokens/s and peak memory, ratios to TRL's default;
+* d. `parity`: a packed padding-free batch against its documents one by one (loss and every gradient);
+* e. `summary.md` (and `summary.json`): one table of every step, then the training and benchmark tables.
+
+`--device cpu` is the dry run: tiny shapes, every step, in well under a minute per step (a test runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOOLS = REPO_ROOT / "tools"
+sys.path.insert(0, str(TOOLS))
+from gpu_check_worker import PROBE_ENV, best_attention, train_summary  # noqa: E402
+
+DEFAULT_KIT = REPO_ROOT / "build" / "gpu-kit" / "wheels"
+BASELINE = "trl"
+# Training runs: name -> extra `trl sft` arguments.
+TRAIN_RUNS: dict[str, tuple[str, ...]] = {
+    "trl": (),
+    "trl_liger": ("--use_liger_kernel", "true"),
+    "ce": ("--loss", "ce"),
+    "gem_ls": ("--loss", "gem_ls"),
+    "emo": ("--loss", "emo"),
+    "asft": ("--loss", "asft"),
+}
+STEPS = ("triton", "bench", "train", "parity")
+# Seconds per step on the GPU (the whole run fits one 9-minute command; `--budget` caps the sum) and on the CPU.
+LIMITS = {"install": 40, "triton": 75, "bench": 110, "build": 25, "train_run": 36, "parity": 40}
+CPU_LIMITS = {"install": 60, "triton": 120, "bench": 120, "build": 60, "train_run": 120, "parity": 90}
+SITECUSTOMIZE = """\
+# Written by tools/gpu_check.py: the kit folder's .pth files (the distmatch `trl sft` hook) and the training probe.
+import os, site, sys
+site.addsitedir(os.path.dirname(os.path.abspath(__file__)))
+if os.environ.get({probe_env!r}):
+    sys.path.insert(0, {tools!r})
+    import gpu_check_worker
+    gpu_check_worker.install_probe()
+"""
+TRL_LAUNCHER = "import sys\nfrom trl.cli import main\n\nif __name__ == '__main__':\n    sys.exit(main())\n"
+
+
+class Runner:
+    """Runs the steps' commands under `timeout` within one overall deadline; records each one."""
+
+    def __init__(self, out: Path, env: dict[str, str], budget_s: float) -> None:
+        self.out, self.env, self.deadline = out, env, time.monotonic() + budget_s
+        self.records: list[dict[str, Any]] = []
+
+    def run(
+        self, name: str, cmd: list[str], limit_s: float, env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        left = self.deadline - time.monotonic() - 2
+        record: dict[str, Any] = {"step": name, "command": " ".join(cmd)}
+        if left < 5:
+            record.update(status="skipped", note="no time left in the budget", seconds=0.0)
+            self.records.append(record)
+            return record
+        limit = int(min(limit_s, left))
+        log_path = self.out / "logs" / f"{name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(["timeout", "-k", "5", str(limit), *cmd], stdout=log, stderr=subprocess.STDOUT,
+                                    env=env or self.env, cwd=REPO_ROOT, start_new_session=True)  # fmt: skip
+            rc = proc.wait()
+        try:  # what the step left behind (an accelerate launch's child after a timeout), by its process group
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        status = "ok" if rc == 0 else "timeout" if rc in (124, 137) else "failed"
+        record.update(status=status, rc=rc, seconds=round(time.monotonic() - start, 1), limit_s=limit,
+                      log=str(log_path.relative_to(self.out)))  # fmt: skip
+        if status != "ok":
+            record["tail"] = log_path.read_text(errors="replace")[-1500:]
+        self.records.append(record)
+        return record
+
+
+def install(kit: Path, site_dir: Path, runner: Runner, limit: float) -> dict[str, Any]:
+    """The install plan: every kit wheel, --no-deps, into `site_dir`; the sitecustomize and the `trl` launcher."""
+    site_dir.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(kit.glob("*.whl")) if kit.is_dir() else []
+    plan = {"site": str(site_dir), "wheels": [w.name for w in wheels]}
+    if wheels:
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+               "--disable-pip-version-check", "--upgrade", "--target", str(site_dir), *map(str, wheels)]  # fmt: skip
+        plan["record"] = runner.run("install", cmd, limit)
+    else:
+        plan["note"] = f"no wheels in {kit}: the current environment's packages are used"
+    (site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE.format(probe_env=PROBE_ENV, tools=str(TOOLS)))
+    (site_dir / "trl").write_text(TRL_LAUNCHER)
+    return plan
+
+
+def junit_counts(path: Path) -> dict[str, int]:
+    if not path.is_file():
+        return {}
+    suite = ET.parse(path).getroot()
+    suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return counts
+
+
+def train_args(run: str, build: dict[str, Any], args: argparse.Namespace, out_dir: Path) -> list[str]:
+    cuda = args.device.startswith("cuda")
+    common = [
+        "--model_name_or_path", build["model"], "--dataset_name", build["data"], "--output_dir", str(out_dir),
+        "--max_steps", str(args.train_steps), "--per_device_train_batch_size", str(args.batch_size),
+        "--max_length", str(args.seq_len), "--packing", "true", "--padding_free", "true",
+        "--gradient_checkpointing", "true", "--attn_implementation", best_attention(args.device),
+        "--learning_rate", "1e-5", "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
+        "--seed", "0", "--disable_tqdm", "true", "--dataloader_num_workers", "0",
+    ]  # fmt: skip
+    common += (
+        ["--dtype", "bfloat16", "--bf16", "true"] if cuda else ["--dtype", "float32", "--use_cpu", "true"]
+    )
+    return common + list(TRAIN_RUNS[run])
+
+
+def step_train(
+    args: argparse.Namespace, runner: Runner, limits: dict[str, float], site: Path
+) -> dict[str, Any]:
+    work = args.out / "train"
+    work.mkdir(parents=True, exist_ok=True)
+    shape = "tiny" if args.tiny else "llama3"
+    examples = 300 if args.tiny else 6000
+    record = runner.run("train_build", [sys.executable, str(TOOLS / "gpu_check_worker.py"), "build", "--out",
+                                        str(work), "--shape", shape, "--examples", str(examples)], limits["build"])  # fmt: skip
+    if record["status"] != "ok":
+        return {"error": "model build failed"}
+    build = json.loads((work / "build.json").read_text())
+    runs: dict[str, Any] = {}
+    for run in args.runs:
+        probe = work / f"{run}.probe.json"
+        probe.unlink(missing_ok=True)
+        env = {**runner.env, PROBE_ENV: str(probe)}
+        cmd = [sys.executable, str(site / "trl"), "sft", *train_args(run, build, args, work / run)]
+        rec = runner.run(f"train_{run}", cmd, limits["train_run"], env=env)
+        if rec["status"] == "ok" and probe.is_file():
+            try:
+                runs[run] = train_summary(json.loads(probe.read_text()), args.warmup_steps)
+            except ValueError as err:
+                runs[run] = {"error": str(err)}
+            wanted = "SFTTrainer" if run.startswith(BASELINE) else "DistMatchSFTTrainer"
+            if runs[run].get("trainer_class", wanted) != wanted:  # the `trl sft --loss` hook did not act
+                runs[run] = {"error": f"trained by {runs[run]['trainer_class']}, not {wanted}"}
+        else:
+            runs[run] = {"error": rec["status"] if rec["status"] != "ok" else "no probe record"}
+    base = runs.get(BASELINE, {})
+    for result in runs.values():
+        if "error" not in result and "error" not in base and base:
+            result["speed_x_trl"] = result["tokens_per_s"] / base["tokens_per_s"]
+            result["memory_x_trl"] = result["peak_mib"] / base["peak_mib"]
+    return {"model": build, "runs": runs, "seq_len": args.seq_len, "batch_size": args.batch_size,
+            "steps": args.train_steps, "warmup_steps": args.warmup_steps}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Summary
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}f}" if abs(value) >= 10**-digits or value == 0 else f"{value:.2e}"
+    return "" if value is None else str(value)
+
+
+def summary_markdown(result: dict[str, Any]) -> str:
+    env = result["environment"]
+    lines = [f"# GPU check {env['date']}", "",
+             f"{env['device_name']}; torch {env['torch']}, Triton {env.get('triton')}, transformers "
+             f"{env.get('transformers')}, TRL {env.get('trl')}, Liger-Kernel {env.get('liger_kernel')}, "
+             f"CCE {env.get('cut_cross_entropy')}; Python {env['python']}; mode {result['mode']}", "",
+             "| step | status | seconds | result |", "|---|---|---:|---|"]  # fmt: skip
+    notes = {
+        "triton": lambda r: ", ".join(f"{k} {v}" for k, v in r.get("counts", {}).items()),
+        "bench": lambda r: f"{r.get('rows', 0)} rows, {r.get('errors', 0)} error rows",
+        "train": lambda r: f"{len([x for x in r.get('runs', {}).values() if 'error' not in x])} of "
+        f"{len(r.get('runs', {}))} runs measured",
+        "parity": lambda r: (f"loss rel. err. {fmt(r['loss_rel_err'])}, worst gradient rel. err. "
+                             f"{fmt(r['grad_rel_err_max'])} (tolerance {r['tolerance']})") if "ok" in r else "",
+    }  # fmt: skip
+    for rec in result["records"]:
+        lines.append(f"| {rec['step']} | {rec['status']} | {fmt(rec.get('seconds'), 1)} | |")
+    lines += ["", "| part | verdict | details |", "|---|---|---|"]
+    for step in STEPS:
+        part = result.get(step)
+        if part is None:
+            lines.append(f"| {step} | not run | |")
+            continue
+        verdict = part.get("verdict", "")
+        lines.append(f"| {step} | {verdict} | {notes[step](part)} |")
+    train = result.get("train") or {}
+    if train.get("runs"):
+        model = train["model"]
+        lines += ["", f"Training: `trl sft`, {train['steps']} steps ({train['warmup_steps']} untimed), batch "
+                  f"{train['batch_size']} x {train['seq_len']} tokens packed padding-free, model d {model['hidden_size']}"
+                  f", {model['num_hidden_layers']} layers, vocabulary {model['vocab_size']}, "
+                  f"{model['params'] / 1e6:.0f} M parameters", "",
+                  "| run | trainer | tokens/s | x TRL default | peak MiB | x TRL default | s/step | loss first -> last |",
+                  "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+        for run, r in train["runs"].items():
+            if "error" in r:
+                lines.append(f"| {run} | error: {r['error']} | | | | | | |")
+                continue
+            lines.append(f"| {run} | {r['trainer_class']} | {r['tokens_per_s']:.0f} | {fmt(r.get('speed_x_trl'))} | {r['peak_mib']:.0f} | "
+                         f"{fmt(r.get('memory_x_trl'))} | {fmt(r['s_per_step'], 3)} | "
+                         f"{fmt(r['loss_first'], 3)} -> {fmt(r['loss_last'], 3)} |")  # fmt: skip
+    bench = result.get("bench") or {}
+    if bench.get("report"):
+        lines += ["", "Loss benchmark (benchmarks/bench_losses.py):", "", bench["report"].strip()]
+    return "\n".join(lines) + "\n"
+
+
+def environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    probe = (
+        "import json, importlib.metadata as m, torch\n"
+        "names = ['triton', 'transformers', 'trl', 'liger_kernel', 'cut_cross_entropy', 'datasets', 'distmatch']\n"
+        "def v(n):\n    try:\n        return m.version(n)\n    except Exception:\n        return None\n"
+        "cuda = torch.cuda.is_available()\n"
+        "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'device_name': "
+        "torch.cuda.get_device_name() if cuda else 'cpu', **{n: v(n) for n in names}}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {"torch": None}
+    found.setdefault("device_name", args.device)
+    return {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "python": platform.python_version(), "host": platform.node(), **found}  # fmt: skip
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    default_out = os.environ.get("OUT") or str(REPO_ROOT / "benchmarks" / "out" / "gpu-check")
+    parser.add_argument("--out", type=Path, default=Path(default_out), help="results folder (default $OUT)")
+    parser.add_argument("--kit", type=Path, default=DEFAULT_KIT, help="the wheels of `make gpu-kit`")
+    parser.add_argument("--site", type=Path, default=Path("/tmp/distmatch-gpu-check-site"),
+                        help="target folder of the kit's install (put first on PYTHONPATH)")  # fmt: skip
+    parser.add_argument(
+        "--device", default="cuda", help="cuda (the GPU run) or cpu (the dry run: tiny shapes)"
+    )
+    parser.add_argument("--steps", default=",".join(STEPS), help=f"comma list of {','.join(STEPS)}")
+    parser.add_argument("--runs", default=",".join(TRAIN_RUNS), help=f"training runs: {','.join(TRAIN_RUNS)}")
+    parser.add_argument("--budget", type=float, default=530.0, help="seconds for all steps together")
+    parser.add_argument("--train-steps", type=int, default=None)
+    args = parser.parse_args(argv)
+    args.tiny = not args.device.startswith("cuda")
+    args.steps = [s for s in args.steps.split(",") if s]
+    args.runs = [r for r in args.runs.split(",") if r]
+    unknown = sorted(set(args.steps) - set(STEPS)) + sorted(set(args.runs) - set(TRAIN_RUNS))
+    if unknown:
+        parser.error(f"unknown step or run: {', '.join(unknown)}")
+    args.train_steps = args.train_steps or (3 if args.tiny else 20)
+    args.warmup_steps = 1 if args.tiny else 3
+    args.seq_len = 128 if args.tiny else 2048
+    args.batch_size = 1 if args.tiny else 4
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    limits = CPU_LIMITS if args.tiny else LIMITS
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled", "DO_NOT_TRACK": "1",
+           "HF_DATASETS_CACHE": str(args.out / "hf-datasets-cache"), "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(args.site), env.get("PYTHONPATH", "")) if p)
+    runner = Runner(args.out, env, args.budget)
+    result: dict[str, Any] = {"mode": f"{'dry run, tiny shapes' if args.tiny else 'full'} on {args.device}"}
+    result["install"] = install(args.kit, args.site, runner, limits["install"])
+    result["environment"] = environment(args, env)
+    if "triton" in args.steps:
+        xml = args.out / "triton_tests.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
+               f"--junitxml={xml}", "tests/losses/test_triton.py"]  # fmt: skip
+        rec = runner.run("triton", cmd, limits["triton"])
+        counts = junit_counts(xml)
+        verdict = (
+            "pass"
+            if rec["status"] == "ok" and counts.get("passed")
+            else "all skipped"
+            if rec.get("rc") == 0
+            else "FAIL"
+        )
+        result["triton"] = {"counts": counts, "verdict": verdict}
+    if "bench" in args.steps:
+        bench_out = args.out / "bench"
+        if args.tiny:
+            flags = [
+                "--shapes",
+                "tiny",
+                "--losses",
+                "ce",
+                "--anchors",
+                "hf_ce",
+                "--repeats",
+                "1",
+                "--threads",
+                "1",
+            ]
+        else:
+            flags = ["--shapes", "llama3-8b-8k", "--losses", "ce,gem_linear,gem_ls,emo", "--dtype", "bfloat16",
+                     "--anchors", "hf_ce,trl_nll,liger_flce,cce", "--repeats", "3", "--case-timeout", "40"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "benchmarks/bench_losses.py",
+            "--paths",
+            "fused",
+            *flags,
+            "--out",
+            str(bench_out),
+        ]
+        rec = runner.run("bench", cmd, limits["bench"])
+        reports = sorted(bench_out.glob("*.json"))
+        data = json.loads(reports[-1].read_text()) if reports else {}
+        rows = data.get("results", [])
+        result["bench"] = {"rows": len(rows), "errors": len([r for r in rows if "error" in r]),
+                           "report": reports[-1].with_suffix(".md").read_text() if reports else "",
+                           "verdict": "ok" if rec["status"] == "ok" and rows else rec["status"]}  # fmt: skip
+    if "train" in args.steps:
+        train = step_train(args, runner, limits, args.site)
+        runs = train.get("runs", {})
+        train["verdict"] = "ok" if runs and not [r for r in runs.values() if "error" in r] else "errors"
+        result["train"] = train
+    if "parity" in args.steps:
+        build = args.out / "train" / "build.json"
+        if not build.is_file():  # the training step did not run: build the model here
+            runner.run("parity_build", [sys.executable, str(TOOLS / "gpu_check_worker.py"), "build", "--out",
+                                        str(build.parent), "--shape", "tiny" if args.tiny else "llama3",
+                                        "--examples", "64"], limits["build"])  # fmt: skip
+        parity: dict[str, Any] = {}
+        if build.is_file():
+            made = json.loads(build.read_text())
+            cmd = [sys.executable, str(TOOLS / "gpu_check_worker.py"), "parity", "--model", made["model"], "--data",
+                   made["data"], "--out", str(args.out), "--device", args.device,
+                   "--dtype", "float32" if args.tiny else "bfloat16"]  # fmt: skip
+            runner.run("parity", cmd, limits["parity"])
+            if (args.out / "parity.json").is_file():
+                parity = json.loads((args.out / "parity.json").read_text())
+        parity["verdict"] = "pass" if parity.get("ok") else "FAIL" if "ok" in parity else "not measured"
+        result["parity"] = parity
+    result["records"] = runner.records
+    (args.out / "summary.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (args.out / "summary.md").write_text(summary_markdown(result))
+    print(summary_markdown(result))
+    failed = [r["step"] for r in runner.records if r["status"] != "ok"]
+    if failed:
+        print(f"gpu_check: steps not ok: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
