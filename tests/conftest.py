@@ -66,6 +66,10 @@ LAUNCHING_PATHS = (
 )
 # ... and single tests (by function name) in files whose other tests start nothing.
 LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
+    "benchmarks/test_gpu_check.py": (
+        "test_cpu_dry_run_runs_every_step_and_writes_the_summary",
+        "test_size_check_fails_with_one_clear_line",
+    ),
     "demo/test_demo.py": ("test_recipe_dry_run", "test_recipes_exist_and_parse"),
     "distmatch/test_errors.py": ("test_the_hook_prints_one_line_only_for_refusals",),
     "distmatch/test_optional.py": ("test_importing_packages_does_not_import_optional_frameworks",),

@@ -239,13 +239,15 @@ def summary_markdown(result: dict[str, Any]) -> str:
 
 
 def environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    # The dry run reads versions only (importing torch costs seconds); the GPU run asks torch for the card.
     probe = (
-        "import json, importlib.metadata as m, torch\n"
+        "import json, importlib.metadata as m\n"
+        f"torch = __import__('torch') if {not args.tiny} else None\n"
         "names = ['triton', 'transformers', 'trl', 'liger_kernel', 'cut_cross_entropy', 'datasets', 'distmatch']\n"
         "def v(n):\n    try:\n        return m.version(n)\n    except Exception:\n        return None\n"
-        "cuda = torch.cuda.is_available()\n"
-        "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'device_name': "
-        "torch.cuda.get_device_name() if cuda else 'cpu', **{n: v(n) for n in names}}))\n"
+        "cuda = torch is not None and torch.cuda.is_available()\n"
+        "print(json.dumps({'torch': torch.__version__ if torch else v('torch'), 'cuda': torch.version.cuda if torch "
+        "else None, 'device_name': torch.cuda.get_device_name() if cuda else 'cpu', **{n: v(n) for n in names}}))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {"torch": None}
@@ -367,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     result["records"] = runner.records
     (args.out / "summary.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     (args.out / "summary.md").write_text(summary_markdown(result))
-    print(summary_markdown(result))
+    sys.stdout.write(summary_markdown(result))
     failed = [r["step"] for r in runner.records if r["status"] != "ok"]
     if failed:
         print(f"gpu_check: steps not ok: {', '.join(failed)}", file=sys.stderr)

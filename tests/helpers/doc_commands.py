@@ -219,6 +219,13 @@ FAMILIES: tuple[Family, ...] = (
         False,
         "the script's own argument parser; tiny settings of each script run in tests/benchmarks/test_benchmarks.py",
     ),
+    Family(
+        "gpu-check",
+        ("tools/gpu_check.sh",),
+        "tests/benchmarks/test_gpu_check.py",
+        False,
+        "the driver's argument parser (tools/gpu_check.py); its CPU dry run runs in the same test file",
+    ),
 )
 FAMILY_BY_NAME = {family.name: family for family in FAMILIES}
 

@@ -122,6 +122,8 @@ MAKE_TARGETS_RUN = {
     "demo": ("examples/demo/run_demo.py", "tests/demo/test_demo.py"),
     # `make test` runs the `dist` step (the Makefile's list of steps), and CI runs `make test`
     "dist": ("tools/dist.py", "Makefile"),
+    # needs PyPI: tests/benchmarks/test_gpu_check.py runs its plan, wheels and size check offline
+    "gpu-kit": ("tools/gpu_kit.py", "tests/benchmarks/test_gpu_check.py"),
     # CI's entry point is `make test` (tests/project/test_docs.py checks .ci/run)
     "test": ("-m pytest", ".ci/run"),
 }

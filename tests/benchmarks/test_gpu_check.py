@@ -1,0 +1,167 @@
+"""The GPU kit and check (tools/gpu_kit.py, tools/gpu_check.sh; docs/benchmarks.md "The GPU check") on the CPU.
+
+`make gpu-kit` needs PyPI, so here: its plan (what is carried beside the image), its wheels and its size check.
+The check itself runs as a CPU dry run (`--device cpu`, tiny shapes) with a one-wheel kit whose `.pth` file proves
+that the install plan's target folder is what every child process of every step imports from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.helpers.doc_commands import DocCommand, commands_of, ids
+from tests.helpers.env import REPO_ROOT
+from tests.helpers.modules import load_module
+
+COMMANDS = commands_of("gpu-check")
+
+
+def _tool(name: str) -> ModuleType:
+    return load_module(f"distmatch_tool_{name}", REPO_ROOT / "tools" / f"{name}.py")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# make gpu-kit
+
+
+def test_kit_carries_what_the_image_lacks_or_holds_at_another_version() -> None:
+    kit = _tool("gpu_kit")
+    image = {"torch": "2.11.0+image", "transformers": "5.17.0", "numpy": "2.5.5", "fsspec": "2026.9.0"}
+    full = {
+        **image,
+        "triton": "3.6.0+image",
+        "nvidia-cublas-cu13": "13.0",
+        "cuda-bindings": "13.0",
+        "trl": "1.16.0",
+        "fsspec": "2026.8.0",  # datasets asks for another version than the image's: carried, it shadows the image's
+    }
+    assert kit.kit_plan(image, full) == {"fsspec": "2026.8.0", "trl": "1.16.0"}
+
+
+def test_stub_wheel_is_a_wheel_pip_reads(tmp_path: Path) -> None:
+    kit = _tool("gpu_kit")
+    wheel = kit.write_wheel(tmp_path, "torch", "2.11.0+image", {"a.py": "x = 1\n"}, requires=("jinja2",))
+    assert wheel.name == "torch-2.11.0+image-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        meta = zf.read("torch-2.11.0+image.dist-info/METADATA").decode()
+        record = zf.read("torch-2.11.0+image.dist-info/RECORD").decode()
+    assert "Version: 2.11.0+image" in meta and "Requires-Dist: jinja2" in meta
+    assert record.startswith("a.py,sha256=")
+
+
+def test_size_check_fails_with_one_clear_line(tmp_path: Path) -> None:
+    kit = _tool("gpu_kit")
+    (tmp_path / "big-1.0-py3-none-any.whl").write_bytes(b"\0" * 2**20)
+    ok, line = kit.size_check(tmp_path, REPO_ROOT, limit_mib=48)
+    assert ok and line.startswith("gpu-kit size: wheels 1.0 MiB + working tree ") and line.endswith(": fits")
+    ok, line = kit.size_check(tmp_path, REPO_ROOT, limit_mib=1)
+    assert not ok and "limit 1 MiB (carry limit 64 MiB): TOO BIG" in line
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tools/gpu_check.py pieces
+
+
+def test_tokens_per_second_count_only_the_steps_after_warmup() -> None:
+    worker = _tool("gpu_check_worker")
+    record = {"step_end_s": [10.0, 11.0, 12.0, 14.0], "step_tokens": [100, 300, 500, 900], "peak_mib": 5.0,
+              "losses": [2.0, 1.5], "trainer_class": "DistMatchSFTTrainer"}  # fmt: skip
+    got = worker.train_summary(record, warmup=1)
+    assert got["tokens_per_s"] == pytest.approx(600 / 3) and got["timed_steps"] == 2
+    assert got["s_per_step"] == pytest.approx(1.5) and (got["loss_first"], got["loss_last"]) == (2.0, 1.5)
+    with pytest.raises(ValueError, match="too few"):
+        worker.train_summary({**record, "step_end_s": [1.0], "step_tokens": [5]}, warmup=1)
+
+
+def test_summary_table_has_every_part_and_the_ratios() -> None:
+    check = _tool("gpu_check")
+    run = {"tokens_per_s": 1000.0, "peak_mib": 2000.0, "s_per_step": 0.5, "loss_first": 3.0, "loss_last": 2.0,
+           "trainer_class": "SFTTrainer", "speed_x_trl": 1.0, "memory_x_trl": 1.0}  # fmt: skip
+    ours = {**run, "trainer_class": "DistMatchSFTTrainer", "speed_x_trl": 1.2, "memory_x_trl": 0.9}
+    result = {
+        "mode": "full on cuda",
+        "environment": {
+            "date": "2026-11-27 06:00 UTC",
+            "device_name": "NVIDIA H100",
+            "torch": "2.11.0",
+            "python": "3.12.3",
+        },  # fmt: skip
+        "records": [{"step": "triton", "status": "ok", "seconds": 12.0}],
+        "triton": {"counts": {"passed": 59}, "verdict": "pass"},
+        "train": {
+            "runs": {"trl": run, "gem_ls": ours, "emo": {"error": "timeout"}},
+            "steps": 20,
+            "warmup_steps": 3,
+            "batch_size": 4,
+            "seq_len": 2048,
+            "model": {"hidden_size": 2048, "num_hidden_layers": 4, "vocab_size": 128256, "params": 7.8e8},
+        },  # fmt: skip
+    }
+    text = check.summary_markdown(result)
+    assert "NVIDIA H100; torch 2.11.0" in text and "| triton | ok | 12.0 | |" in text
+    assert "| triton | pass | passed 59 |" in text and "| bench | not run | |" in text
+    assert "| gem_ls | DistMatchSFTTrainer | 1000 | 1.20 | 2000 | 0.90 | 0.500 | 3.000 -> 2.000 |" in text
+    assert "| emo | error: timeout |" in text
+
+
+def test_unknown_step_or_run_is_refused() -> None:
+    check = _tool("gpu_check")
+    for argv in (["--steps", "triton,nope"], ["--runs", "trl,gem"]):
+        with pytest.raises(SystemExit):
+            check.parse_args(argv)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=ids(COMMANDS))
+def test_documented_gpu_check_command_is_accepted(command: DocCommand) -> None:
+    """Every `tools/gpu_check.sh ...` of the docs passes the driver's parser (the script hands it its arguments)."""
+    check = _tool("gpu_check")
+    argv = command.program_argv
+    assert argv[0].endswith("tools/gpu_check.sh"), command.where
+    check.parse_args(argv[1:])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CPU dry run
+
+
+@pytest.mark.slow  # real processes: a `trl sft` launch, the parity trainer, pytest, the loss benchmark
+def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> None:
+    kit = _tool("gpu_kit")
+    wheels = tmp_path / "kit"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    module = "import os, pathlib\np = os.environ.get('GPU_CHECK_TEST_MARKS')\nif p:\n    pathlib.Path(p, str(os.getpid())).touch()\n"
+    kit.write_wheel(wheels, "gpu-check-probe", "1.0", {"gpu_check_probe.py": module,
+                                                      "gpu_check_probe.pth": "import gpu_check_probe\n"})  # fmt: skip
+    out, site = tmp_path / "out", tmp_path / "site"
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_TEST_MARKS": str(marks)}
+    done = subprocess.run(
+        ["tools/gpu_check.sh", "--device", "cpu", "--out", str(out), "--site", str(site), "--kit", str(wheels),
+         "--runs", "gem_ls"],  # fmt: skip
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((out / "summary.json").read_text())
+    steps = [r["step"] for r in result["records"]]
+    assert steps == ["install", "triton", "bench", "train_build", "train_gem_ls", "parity"]
+    assert result["install"]["wheels"] == ["gpu_check_probe-1.0-py3-none-any.whl"]
+    assert (site / "gpu_check_probe.py").is_file() and (site / "sitecustomize.py").is_file()
+    # Every step's processes imported from the target folder: its .pth ran in each (the steps, the launch's child).
+    assert len(list(marks.iterdir())) >= len(steps) + 2
+    assert result["triton"]["counts"]["tests"] > 0 and result["triton"]["verdict"] in ("pass", "all skipped")
+    assert result["bench"]["rows"] == 2 and result["bench"]["errors"] == 0
+    run = result["train"]["runs"]["gem_ls"]
+    assert run["trainer_class"] == "DistMatchSFTTrainer" and run["tokens_per_s"] > 0 and run["peak_mib"] > 0
+    assert result["parity"]["ok"] and result["parity"]["grad_rel_err_max"] < 1e-4
+    summary = (out / "summary.md").read_text()
+    assert summary == done.stdout
+    assert "| parity | pass |" in summary and "| gem_ls | DistMatchSFTTrainer |" in summary
+    assert "## Results" in summary  # the loss benchmark's own table
