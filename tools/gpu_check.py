@@ -48,9 +48,9 @@ TRAIN_RUNS: dict[str, tuple[str, ...]] = {
     "emo": ("--loss", "emo"),
     "asft": ("--loss", "asft"),
 }
-STEPS = ("triton", "bench", "train", "parity")
+STEPS = ("triton", "parity", "train", "bench")  # in this order (the benchmark takes what is left)
 # Seconds per step on the GPU (the whole run fits one 9-minute command; `--budget` caps the sum) and on the CPU.
-LIMITS = {"install": 40, "triton": 75, "bench": 110, "build": 25, "train_run": 36, "parity": 40}
+LIMITS = {"install": 40, "triton": 50, "build": 30, "parity": 40, "train_run": 45, "bench": 100}
 CPU_LIMITS = {"install": 60, "triton": 120, "bench": 120, "build": 60, "train_run": 120, "parity": 90}
 SITECUSTOMIZE = """\
 # Written by tools/gpu_check.py: the kit folder's .pth files (the distmatch `trl sft` hook) and the training probe.
@@ -143,24 +143,40 @@ def train_args(run: str, build: dict[str, Any], args: argparse.Namespace, out_di
     return common + list(TRAIN_RUNS[run])
 
 
+def step_build(args: argparse.Namespace, runner: Runner, limits: dict[str, float]) -> dict[str, Any] | None:
+    """The model and data of the training and parity steps, in the scratch folder (never under --out)."""
+    shape, examples = ("tiny", 300) if args.tiny else ("llama3", 6000)
+    cmd = [sys.executable, str(TOOLS / "gpu_check_worker.py"), "build", "--out", str(args.scratch),
+           "--shape", shape, "--examples", str(examples)]  # fmt: skip
+    if runner.run("build", cmd, limits["build"])["status"] != "ok":
+        return None
+    return json.loads((args.scratch / "build.json").read_text())
+
+
+def step_parity(
+    args: argparse.Namespace, runner: Runner, limits: dict[str, float], build: dict[str, Any]
+) -> dict:
+    cmd = [sys.executable, str(TOOLS / "gpu_check_worker.py"), "parity", "--model", build["model"], "--data",
+           build["data"], "--out", str(args.scratch), "--device", args.device,
+           "--dtype", "float32" if args.tiny else "bfloat16"]  # fmt: skip
+    runner.run("parity", cmd, limits["parity"])
+    found = args.scratch / "parity.json"
+    parity = json.loads(found.read_text()) if found.is_file() else {}
+    parity["verdict"] = "pass" if parity.get("ok") else "FAIL" if "ok" in parity else "not measured"
+    return parity
+
+
 def step_train(
-    args: argparse.Namespace, runner: Runner, limits: dict[str, float], site: Path
+    args: argparse.Namespace, runner: Runner, limits: dict[str, float], site: Path, build: dict[str, Any]
 ) -> dict[str, Any]:
-    work = args.out / "train"
+    work = args.out / "train"  # the probes' records; the runs' output folders go to the scratch folder
     work.mkdir(parents=True, exist_ok=True)
-    shape = "tiny" if args.tiny else "llama3"
-    examples = 300 if args.tiny else 6000
-    record = runner.run("train_build", [sys.executable, str(TOOLS / "gpu_check_worker.py"), "build", "--out",
-                                        str(work), "--shape", shape, "--examples", str(examples)], limits["build"])  # fmt: skip
-    if record["status"] != "ok":
-        return {"error": "model build failed"}
-    build = json.loads((work / "build.json").read_text())
     runs: dict[str, Any] = {}
     for run in args.runs:
         probe = work / f"{run}.probe.json"
         probe.unlink(missing_ok=True)
         env = {**runner.env, PROBE_ENV: str(probe)}
-        cmd = [sys.executable, str(site / "trl"), "sft", *train_args(run, build, args, work / run)]
+        cmd = [sys.executable, str(site / "trl"), "sft", *train_args(run, build, args, args.scratch / run)]
         rec = runner.run(f"train_{run}", cmd, limits["train_run"], env=env)
         if rec["status"] == "ok" and probe.is_file():
             try:
@@ -179,6 +195,46 @@ def step_train(
             result["memory_x_trl"] = result["peak_mib"] / base["peak_mib"]
     return {"model": build, "runs": runs, "seq_len": args.seq_len, "batch_size": args.batch_size,
             "steps": args.train_steps, "warmup_steps": args.warmup_steps}  # fmt: skip
+
+
+def step_triton(args: argparse.Namespace, runner: Runner, limits: dict[str, float]) -> dict[str, Any]:
+    xml = args.out / "triton_tests.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
+           f"--junitxml={xml}", "tests/losses/test_triton.py"]  # fmt: skip
+    rec = runner.run("triton", cmd, limits["triton"])
+    counts = junit_counts(xml)
+    if rec["status"] == "ok":
+        verdict = "pass" if counts.get("passed") else "all skipped"
+    else:
+        verdict = "FAIL" if rec["status"] == "failed" else rec["status"]
+    return {"counts": counts, "verdict": verdict}
+
+
+def step_bench(args: argparse.Namespace, runner: Runner, limits: dict[str, float]) -> dict[str, Any]:
+    out = args.out / "bench"
+    if args.tiny:
+        flags = [
+            "--shapes",
+            "tiny",
+            "--losses",
+            "ce",
+            "--anchors",
+            "hf_ce",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+        ]
+    else:  # Llama-3-8B's head, N 8192, bf16: full logits, Liger, CCE and our fused rows
+        flags = ["--shapes", "llama3-8b-8k", "--losses", "ce,gem_ls,emo", "--dtype", "bfloat16",
+                 "--anchors", "hf_ce,liger_flce,cce", "--repeats", "3", "--case-timeout", "30"]  # fmt: skip
+    cmd = [sys.executable, "benchmarks/bench_losses.py", "--paths", "fused", *flags, "--out", str(out)]
+    rec = runner.run("bench", cmd, limits["bench"])
+    reports = sorted(out.glob("*.json"))
+    rows = json.loads(reports[-1].read_text()).get("results", []) if reports else []
+    return {"rows": len(rows), "errors": len([r for r in rows if "error" in r]),
+            "report": reports[-1].with_suffix(".md").read_text() if reports else "",
+            "verdict": "ok" if rec["status"] == "ok" and rows else rec["status"]}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -266,9 +322,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--device", default="cuda", help="cuda (the GPU run) or cpu (the dry run: tiny shapes)"
     )
+    parser.add_argument("--scratch", type=Path, default=Path("/tmp/distmatch-gpu-check"),
+                        help="model, data and the runs' output folders (GiBs on the GPU; not under --out)")  # fmt: skip
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma list of {','.join(STEPS)}")
     parser.add_argument("--runs", default=",".join(TRAIN_RUNS), help=f"training runs: {','.join(TRAIN_RUNS)}")
-    parser.add_argument("--budget", type=float, default=530.0, help="seconds for all steps together")
+    parser.add_argument("--budget", type=float, default=515.0, help="seconds for all steps together")
     parser.add_argument("--train-steps", type=int, default=None)
     args = parser.parse_args(argv)
     args.tiny = not args.device.startswith("cuda")
@@ -287,85 +345,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    args.scratch.mkdir(parents=True, exist_ok=True)
     limits = CPU_LIMITS if args.tiny else LIMITS
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled", "DO_NOT_TRACK": "1",
-           "HF_DATASETS_CACHE": str(args.out / "hf-datasets-cache"), "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+           "HF_DATASETS_CACHE": str(args.scratch / "hf-datasets-cache"), "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(args.site), env.get("PYTHONPATH", "")) if p)
     runner = Runner(args.out, env, args.budget)
     result: dict[str, Any] = {"mode": f"{'dry run, tiny shapes' if args.tiny else 'full'} on {args.device}"}
     result["install"] = install(args.kit, args.site, runner, limits["install"])
     result["environment"] = environment(args, env)
     if "triton" in args.steps:
-        xml = args.out / "triton_tests.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
-               f"--junitxml={xml}", "tests/losses/test_triton.py"]  # fmt: skip
-        rec = runner.run("triton", cmd, limits["triton"])
-        counts = junit_counts(xml)
-        verdict = (
-            "pass"
-            if rec["status"] == "ok" and counts.get("passed")
-            else "all skipped"
-            if rec.get("rc") == 0
-            else "FAIL"
-        )
-        result["triton"] = {"counts": counts, "verdict": verdict}
-    if "bench" in args.steps:
-        bench_out = args.out / "bench"
-        if args.tiny:
-            flags = [
-                "--shapes",
-                "tiny",
-                "--losses",
-                "ce",
-                "--anchors",
-                "hf_ce",
-                "--repeats",
-                "1",
-                "--threads",
-                "1",
-            ]
-        else:
-            flags = ["--shapes", "llama3-8b-8k", "--losses", "ce,gem_linear,gem_ls,emo", "--dtype", "bfloat16",
-                     "--anchors", "hf_ce,trl_nll,liger_flce,cce", "--repeats", "3", "--case-timeout", "40"]  # fmt: skip
-        cmd = [
-            sys.executable,
-            "benchmarks/bench_losses.py",
-            "--paths",
-            "fused",
-            *flags,
-            "--out",
-            str(bench_out),
-        ]
-        rec = runner.run("bench", cmd, limits["bench"])
-        reports = sorted(bench_out.glob("*.json"))
-        data = json.loads(reports[-1].read_text()) if reports else {}
-        rows = data.get("results", [])
-        result["bench"] = {"rows": len(rows), "errors": len([r for r in rows if "error" in r]),
-                           "report": reports[-1].with_suffix(".md").read_text() if reports else "",
-                           "verdict": "ok" if rec["status"] == "ok" and rows else rec["status"]}  # fmt: skip
+        result["triton"] = step_triton(args, runner, limits)
+    build = step_build(args, runner, limits) if {"parity", "train"} & set(args.steps) else None
+    if "parity" in args.steps:
+        result["parity"] = step_parity(args, runner, limits, build) if build else {"verdict": "no model"}
     if "train" in args.steps:
-        train = step_train(args, runner, limits, args.site)
+        train = step_train(args, runner, limits, args.site, build) if build else {"runs": {}}
         runs = train.get("runs", {})
         train["verdict"] = "ok" if runs and not [r for r in runs.values() if "error" in r] else "errors"
         result["train"] = train
-    if "parity" in args.steps:
-        build = args.out / "train" / "build.json"
-        if not build.is_file():  # the training step did not run: build the model here
-            runner.run("parity_build", [sys.executable, str(TOOLS / "gpu_check_worker.py"), "build", "--out",
-                                        str(build.parent), "--shape", "tiny" if args.tiny else "llama3",
-                                        "--examples", "64"], limits["build"])  # fmt: skip
-        parity: dict[str, Any] = {}
-        if build.is_file():
-            made = json.loads(build.read_text())
-            cmd = [sys.executable, str(TOOLS / "gpu_check_worker.py"), "parity", "--model", made["model"], "--data",
-                   made["data"], "--out", str(args.out), "--device", args.device,
-                   "--dtype", "float32" if args.tiny else "bfloat16"]  # fmt: skip
-            runner.run("parity", cmd, limits["parity"])
-            if (args.out / "parity.json").is_file():
-                parity = json.loads((args.out / "parity.json").read_text())
-        parity["verdict"] = "pass" if parity.get("ok") else "FAIL" if "ok" in parity else "not measured"
-        result["parity"] = parity
+    if "bench" in args.steps:  # last: it takes what is left of the budget
+        result["bench"] = step_bench(args, runner, limits)
     result["records"] = runner.records
     (args.out / "summary.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     (args.out / "summary.md").write_text(summary_markdown(result))

@@ -145,13 +145,14 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_TEST_MARKS": str(marks)}
     done = subprocess.run(
         ["tools/gpu_check.sh", "--device", "cpu", "--out", str(out), "--site", str(site), "--kit", str(wheels),
+         "--scratch", str(tmp_path / "scratch"),
          "--runs", "gem_ls"],  # fmt: skip
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((out / "summary.json").read_text())
     steps = [r["step"] for r in result["records"]]
-    assert steps == ["install", "triton", "bench", "train_build", "train_gem_ls", "parity"]
+    assert steps == ["install", "triton", "build", "parity", "train_gem_ls", "bench"]
     assert result["install"]["wheels"] == ["gpu_check_probe-1.0-py3-none-any.whl"]
     assert (site / "gpu_check_probe.py").is_file() and (site / "sitecustomize.py").is_file()
     # Every step's processes imported from the target folder: its .pth ran in each (the steps, the launch's child).
@@ -161,6 +162,9 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     run = result["train"]["runs"]["gem_ls"]
     assert run["trainer_class"] == "DistMatchSFTTrainer" and run["tokens_per_s"] > 0 and run["peak_mib"] > 0
     assert result["parity"]["ok"] and result["parity"]["grad_rel_err_max"] < 1e-4
+    assert not list(
+        out.rglob("*.safetensors")
+    )  # the model and the runs' output folders stay in the scratch folder
     summary = (out / "summary.md").read_text()
     assert summary == done.stdout
     assert "| parity | pass |" in summary and "| gem_ls | DistMatchSFTTrainer |" in summary
