@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,13 @@ def install(kit: Path, site_dir: Path, runner: Runner, limit: float) -> dict[str
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                "--disable-pip-version-check", "--upgrade", "--target", str(site_dir), *map(str, wheels)]  # fmt: skip
         plan["record"] = runner.run("install", cmd, limit)
+        if (
+            plan["record"]["status"] != "ok"
+        ):  # no pip in the image, or it failed: unpack the wheels (pure copies)
+            for wheel in wheels:
+                with zipfile.ZipFile(wheel) as zf:
+                    zf.extractall(site_dir)
+            plan["fallback"] = "pip failed: the wheels were unpacked into the target folder"
     else:
         plan["note"] = f"no wheels in {kit}: the current environment's packages are used"
     (site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE.format(probe_env=PROBE_ENV, tools=str(TOOLS)))

@@ -169,3 +169,17 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert summary == done.stdout
     assert "| parity | pass |" in summary and "| gem_ls | DistMatchSFTTrainer |" in summary
     assert "## Results" in summary  # the loss benchmark's own table
+
+
+def test_install_unpacks_the_wheels_when_pip_fails(tmp_path: Path) -> None:
+    """An image without a working pip still gets the kit: the wheels are unpacked into the target folder."""
+    kit, check = _tool("gpu_kit"), _tool("gpu_check")
+    kit.write_wheel(tmp_path / "kit", "probe-pkg", "1.0", {"probe_pkg.py": "X = 1\n"})
+
+    class FailingRunner:
+        def run(self, name: str, cmd: list[str], limit: float) -> dict:
+            return {"step": name, "status": "failed"}
+
+    plan = check.install(tmp_path / "kit", tmp_path / "site", FailingRunner(), 10)
+    assert "unpacked" in plan["fallback"] and (tmp_path / "site" / "probe_pkg.py").read_text() == "X = 1\n"
+    assert (tmp_path / "site" / "sitecustomize.py").is_file() and (tmp_path / "site" / "trl").is_file()
