@@ -102,6 +102,12 @@ class Runner:
         return record
 
 
+def launcher(site_dir: Path) -> Path:
+    """The `trl` console script as TRL's wheel installs it; beside the target folder, not in it (a script's folder
+    comes first on sys.path, and the working tree's distmatch must win over the kit's wheel)."""
+    return site_dir.parent / f"{site_dir.name}-bin" / "trl"
+
+
 def install(kit: Path, site_dir: Path, runner: Runner, limit: float) -> dict[str, Any]:
     """The install plan: every kit wheel, --no-deps, into `site_dir`; the sitecustomize and the `trl` launcher."""
     site_dir.mkdir(parents=True, exist_ok=True)
@@ -121,7 +127,8 @@ def install(kit: Path, site_dir: Path, runner: Runner, limit: float) -> dict[str
     else:
         plan["note"] = f"no wheels in {kit}: the current environment's packages are used"
     (site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE.format(probe_env=PROBE_ENV, tools=str(TOOLS)))
-    (site_dir / "trl").write_text(TRL_LAUNCHER)
+    launcher(site_dir).parent.mkdir(parents=True, exist_ok=True)
+    launcher(site_dir).write_text(TRL_LAUNCHER)
     return plan
 
 
@@ -184,7 +191,7 @@ def step_train(
         probe = work / f"{run}.probe.json"
         probe.unlink(missing_ok=True)
         env = {**runner.env, PROBE_ENV: str(probe)}
-        cmd = [sys.executable, str(site / "trl"), "sft", *train_args(run, build, args, args.scratch / run)]
+        cmd = [sys.executable, str(launcher(site)), "sft", *train_args(run, build, args, args.scratch / run)]
         rec = runner.run(f"train_{run}", cmd, limits["train_run"], env=env)
         if rec["status"] == "ok" and probe.is_file():
             try:
@@ -358,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled", "DO_NOT_TRACK": "1",
            "HF_DATASETS_CACHE": str(args.scratch / "hf-datasets-cache"), "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(args.site), env.get("PYTHONPATH", "")) if p)
+    # The working tree first (its distmatch, not the kit wheel's, which may be older), then the kit's folder.
+    paths = (str(REPO_ROOT), str(args.site), env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     runner = Runner(args.out, env, args.budget)
     result: dict[str, Any] = {"mode": f"{'dry run, tiny shapes' if args.tiny else 'full'} on {args.device}"}
     result["install"] = install(args.kit, args.site, runner, limits["install"])

@@ -182,4 +182,4 @@ def test_install_unpacks_the_wheels_when_pip_fails(tmp_path: Path) -> None:
 
     plan = check.install(tmp_path / "kit", tmp_path / "site", FailingRunner(), 10)
     assert "unpacked" in plan["fallback"] and (tmp_path / "site" / "probe_pkg.py").read_text() == "X = 1\n"
-    assert (tmp_path / "site" / "sitecustomize.py").is_file() and (tmp_path / "site" / "trl").is_file()
+    assert (tmp_path / "site" / "sitecustomize.py").is_file() and (tmp_path / "site-bin" / "trl").is_file()
