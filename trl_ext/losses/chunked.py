@@ -41,6 +41,11 @@ from .validation import (
 )
 
 CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
+# The fused path's weight-gradient accumulator: "float32" (default) or "weight" (the weight's own dtype, e.g. bf16:
+# no [V, d] float32 buffer beside the gradient; each chunk's product is added in float32 per vocabulary tile, then
+# rounded once per chunk). Error against float64: docs/losses.md "Weight-gradient accumulator".
+GRAD_WEIGHT_ACCUM_ENV = "DISTMATCH_GRAD_WEIGHT_ACCUM"
+GRAD_WEIGHT_VOCAB_TILE = 4096
 DEFAULT_CHUNK_MEMORY_MB = 128
 # On GPUs a chunk needs >= ~1k rows for the logits matmul to be compute-bound at V = 128k.
 DEFAULT_CUDA_CHUNK_MEMORY_MB = 512
@@ -93,8 +98,22 @@ class _Plan:
             return torch.mm(a, b, out=out)
         return torch.mm(a, b, out_dtype=self.cdtype, out=out)
 
+    def grad_weight_buffer(self, weight: Tensor) -> Tensor:
+        """A zero accumulator for d weight: compute dtype, or the weight's dtype (GRAD_WEIGHT_ACCUM_ENV=weight)."""
+        mode = os.environ.get(GRAD_WEIGHT_ACCUM_ENV, "float32")
+        if mode not in ("float32", "weight"):
+            raise ValueError(f"{GRAD_WEIGHT_ACCUM_ENV} must be 'float32' or 'weight', got {mode!r}.")
+        dtype = weight.dtype if mode == "weight" and weight.is_floating_point() else self.cdtype
+        return torch.zeros(weight.shape, dtype=dtype, device=weight.device)
+
     def add_grad_weight(self, grad_weight: Tensor, grad: Tensor, h: Tensor) -> None:
-        """grad_weight (compute-dtype accumulator) += grad^T h."""
+        """grad_weight += grad^T h: in place for a compute-dtype accumulator; for a lower-precision one, per
+        vocabulary tile of GRAD_WEIGHT_VOCAB_TILE rows (a [tile, d] float32 product, added and rounded once)."""
+        if grad_weight.dtype != self.cdtype:
+            for v0 in range(0, grad_weight.shape[0], GRAD_WEIGHT_VOCAB_TILE):
+                tile = grad[:, v0 : v0 + GRAD_WEIGHT_VOCAB_TILE]
+                grad_weight[v0 : v0 + tile.shape[1]].add_(self.mm(tile.T, h))
+            return
         if self.matmul_dtype == self.cdtype:
             grad_weight.addmm_(grad.T, h)
         else:
@@ -260,7 +279,7 @@ class _FusedLinear(torch.autograd.Function):
         grad_hidden_unit = (
             hidden.new_empty((valid.numel(), hidden.shape[1]), dtype=plan.cdtype) if need_hidden else None
         )
-        grad_weight_unit = torch.zeros(w.shape, dtype=plan.cdtype, device=w.device) if need_weight else None
+        grad_weight_unit = plan.grad_weight_buffer(weight) if need_weight else None
         for start, rows in plan.chunks(valid):
             y = labels[rows]
             h = plan.operand(hidden[rows])
@@ -321,7 +340,7 @@ def _recompute_grad_weight(
 ) -> Tensor:
     """d weight = sum_i g_i G_i^T h_i for a per-token upstream gradient g that differs between rows."""
     w = plan.operand(weight)
-    grad_weight = torch.zeros(w.shape, dtype=plan.cdtype, device=w.device)
+    grad_weight = plan.grad_weight_buffer(weight)
     for start, rows in plan.chunks(valid):
         y = labels[rows]
         h = plan.operand(hidden[rows])
