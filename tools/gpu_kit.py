@@ -39,7 +39,10 @@ PLATFORM_ARGS = (
 STUB_REQUIRES = {
     "torch": ("filelock", "typing-extensions", "sympy", "networkx", "jinja2", "fsspec", "setuptools")
 }
-NEVER_CARRIED = ("torch", "triton")  # nor any nvidia-* / cuda-* package
+NEVER_CARRIED = ("torch", "triton")
+# Carried even where the image may hold them: pure Python, and `datasets` needs a newer hub client than an image of
+# transformers 5.17's time may have (its version there is not known here).
+ALWAYS_CARRIED = ("huggingface-hub",)  # nor any nvidia-* / cuda-* package
 CARRY_LIMIT_MIB = 64
 DEFAULT_LIMIT_MIB = 48.0  # "well under" the carry limit
 
@@ -99,7 +102,7 @@ def kit_plan(image: dict[str, str], full: dict[str, str]) -> dict[str, str]:
     for name, version in sorted(full.items()):
         if name in NEVER_CARRIED or name.startswith(("nvidia-", "cuda-")) or "+image" in version:
             continue
-        if image.get(name) != version:
+        if image.get(name) != version or name in ALWAYS_CARRIED:
             plan[name] = version
     return plan
 

@@ -34,7 +34,8 @@ def _tool(name: str) -> ModuleType:
 
 def test_kit_carries_what_the_image_lacks_or_holds_at_another_version() -> None:
     kit = _tool("gpu_kit")
-    image = {"torch": "2.11.0+image", "transformers": "5.17.0", "numpy": "2.5.5", "fsspec": "2026.9.0"}
+    image = {"torch": "2.11.0+image", "transformers": "5.17.0", "numpy": "2.5.5", "fsspec": "2026.9.0",
+             "huggingface-hub": "1.33.0"}  # fmt: skip
     full = {
         **image,
         "triton": "3.6.0+image",
@@ -43,7 +44,12 @@ def test_kit_carries_what_the_image_lacks_or_holds_at_another_version() -> None:
         "trl": "1.16.0",
         "fsspec": "2026.8.0",  # datasets asks for another version than the image's: carried, it shadows the image's
     }
-    assert kit.kit_plan(image, full) == {"fsspec": "2026.8.0", "trl": "1.16.0"}
+    want = {
+        "fsspec": "2026.8.0",
+        "huggingface-hub": "1.33.0",
+        "trl": "1.16.0",
+    }  # the hub client: always carried
+    assert kit.kit_plan(image, full) == want
 
 
 def test_stub_wheel_is_a_wheel_pip_reads(tmp_path: Path) -> None:
