@@ -141,7 +141,12 @@ def cmd_reward(args: argparse.Namespace) -> int:
             r["reference"] = ref["output"]
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}.")
-    scorer = RewardScorer(args.reward_model, batch_size=args.batch_size, device=args.device)
+    scorer = RewardScorer(
+        args.reward_model,
+        batch_size=args.batch_size,
+        device=args.device,
+        setting=f"--reward-model {args.reward_model}",
+    )
     rewards, refs, rows = [], [], []
     for r in records:
         texts = list(r["samples"]) + ([str(r["reference"])] if r["reference"] is not None else [])
