@@ -206,6 +206,13 @@ def cmd_diversity(args: argparse.Namespace) -> int:
                 seed=args.seed,
             )
         )
+    blank = result.get("settings", {}).get("all_empty_prompts")
+    if blank:
+        print(
+            f"distmatch-eval diversity: {blank} prompt(s) with only empty samples scored 0 on every metric "
+            "(--allow-empty; per_prompt marks them all_empty).",
+            file=sys.stderr,
+        )
     out = Path(args.output) if args.output else Path(str(args.samples)).with_suffix(".diversity.json")
     samples.write_json(out, result)
     shown = ", ".join(f"{k}={v:.2f}" for k, v in result["metrics"].items() if isinstance(v, float))

@@ -70,12 +70,17 @@ def diversity_scores(
 ) -> dict[str, float]:
     """The three diversity metrics of one prompt's samples.
 
-    Empty responses are scored as they are; a metric that is undefined for the samples (no sample has a single
-    token) counts as 0 (no diversity) with a warning, so one degenerate prompt cannot abort a whole run.
+    Empty responses are scored as they are; a prompt whose responses are all empty scores 0 on every metric (no
+    diversity; Self-BLEU would call K empty strings maximally diverse), and a metric that is undefined for the
+    samples (no sample has a single token) counts as 0 with a warning, so one degenerate prompt cannot abort a run.
     """
     from eval_tasks.metrics import DiversityInputError, ngram_diversity, sbert_diversity, self_bleu_diversity
+    from eval_tasks.metrics.inputs import no_text
 
     samples = [str(s) for s in samples]
+    if no_text(samples):
+        log.warning("all %d samples are empty; every diversity metric scored 0.", len(samples))
+        return dict.fromkeys(DIVERSITY_METRICS, 0.0)
 
     def safe(name: str, fn: Callable[[], float]) -> float:
         try:
