@@ -32,7 +32,11 @@ __all__ = ["add_commands", "cmd_reward", "cmd_voting", "read_sampled", "voting_c
 def read_sampled(path: str) -> list[dict[str, Any]]:
     """Records ``{"prompt", "samples", "gold", "reference"}`` of an lm-eval samples file or a generate JSONL."""
     out = []
-    for i, record in enumerate(S.read_jsonl(path)):
+    records = S.read_jsonl(path)
+    S.check_unique_ids(
+        records, path, "doc_id" if any("doc_id" in r for r in records if isinstance(r, dict)) else "id"
+    )
+    for i, record in enumerate(records):
         doc = record.get("doc") if isinstance(record.get("doc"), Mapping) else record
         if "filtered_resps" in record:
             responses = record["filtered_resps"][0]

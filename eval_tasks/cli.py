@@ -63,6 +63,15 @@ def _check_output_file(out: Path, *, resume: bool, overwrite: bool) -> None:
         )
 
 
+def _ends_with_line_end(path: Path) -> bool:
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     sampling = G.Sampling(
         num_samples=args.num_samples,
@@ -118,6 +127,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
     with out.open("a" if done else "w", encoding="utf-8") as f:
+        if done and not _ends_with_line_end(out):
+            f.write("\n")  # its last record has no line end: the next must not join it
         engine = G.vllm_engine(args.model, sampling, args.dtype) if backend == "vllm" else None
         batches = G.generate_batches(
             encoded,
@@ -150,6 +161,7 @@ def cmd_diversity(args: argparse.Namespace) -> int:
             raise InputError(
                 f"{args.samples}: record #{i} has no 'samples' list (expected the output of distmatch-eval generate)."
             )
+    samples.check_unique_ids(records, args.samples)  # a prompt twice would count twice
     samples.check_same_settings(records, args.samples)  # one result records one generation setting
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     bad = [m for m in metrics if m not in (*M.METRICS, M.MAUVE)]
