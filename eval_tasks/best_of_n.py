@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from distmatch.errors import DistMatchConfigError
+from distmatch.optional import require
 from eval_tasks.math_answers import (
     canonical_math_answer,
     extract_gsm8k_answer,
@@ -189,7 +190,8 @@ class RewardScorer:
         setting: str | None = None,
     ) -> None:
         """`setting`: how refusals name the model (default ``reward_model='<model>'``, the task option)."""
-        import torch
+        torch = require("torch", extra="eval", feature="Reward-model scoring")
+        require("transformers", extra="eval", feature="Reward-model scoring")
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
         from transformers.utils import logging as hf_logging
 

@@ -45,6 +45,7 @@ __all__ = ["build_parser", "main"]
 def _progress(iterable: Iterable[Any], enabled: bool, **kwargs: Any) -> Iterable[Any]:
     if not enabled:
         return iterable
+    require("tqdm", extra="eval", feature="The progress bar (--no-progress: none)")
     from tqdm.auto import tqdm
 
     return tqdm(iterable, file=sys.stderr, **kwargs)

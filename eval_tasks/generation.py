@@ -38,7 +38,7 @@ GEM_GENERATION = {
     "top_p": 0.9,
     "max_new_tokens": 512,
 }
-_FEATURE = "distmatch-eval generate"
+_FEATURE = "distmatch-eval (loading a checkpoint)"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+#: What `distmatch-trl sft` imports: distmatch's own dependencies (pyproject.toml).
+CORE_MODULES = ("torch", "transformers", "trl", "accelerate", "datasets")
+
 #: The file `accelerate launch` runs (a file, not `-m`, so every accelerate launcher accepts it).
 SFT_SCRIPT = Path(__file__).resolve().parent / "scripts" / "distmatch_sft.py"
 
@@ -146,7 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     from distmatch.errors import DistMatchConfigError
+    from distmatch.optional import require
 
+    try:  # one line naming a missing dependency (e.g. after pip install --no-deps), not a traceback
+        for module in CORE_MODULES:
+            require(module, extra=None, feature="distmatch-trl")
+    except ImportError as err:
+        print(f"distmatch-trl: error: {err}", file=sys.stderr)
+        return 2
     try:
         return launch_sft(argv[argv.index(args.command) + 1 :])
     except DistMatchConfigError as err:  # a refused setting: one line naming it, no traceback

@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks.metrics.bleu import self_bleu_diversity
-from eval_tasks.metrics.inputs import DiversityInputError, check_samples, no_text
+from eval_tasks.metrics.inputs import EVAL_EXTRA, DiversityInputError, check_samples, no_text
 from eval_tasks.metrics.names import METRIC_KEYS, METRICS
 from eval_tasks.metrics.ngram import ngram_diversity
 from eval_tasks.metrics.sentence_bert import embed, mean_pairwise_cosine, sbert_description
@@ -137,6 +138,7 @@ def corpus_diversity(
     scored = [i for i, (_, _, blank) in enumerate(prepared) if not blank]
     iterator: Iterable[int] = scored
     if progress:
+        require("tqdm", extra=EVAL_EXTRA, feature="The diversity progress bar (--no-progress: none)")
         from tqdm.auto import tqdm
 
         iterator = tqdm(iterator, desc="diversity", unit="prompt")
