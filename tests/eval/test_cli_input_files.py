@@ -53,19 +53,25 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # The same prompt twice
 
 
-def test_a_file_holding_its_prompts_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_file_holding_its_prompts_twice_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     twice = _write_jsonl(tmp_path / "twice.jsonl", RECORDS + RECORDS)  # `cat run.jsonl run.jsonl`
     assert run_cli("diversity", twice, "--metrics", "ngram", "--no-progress") == 2
     line = _one_error_line(capsys, "diversity")
     assert f'{twice}: records #0 and #3 have the same id "p0"' in line and "would count twice" in line, line
     assert not twice.with_suffix(".diversity.json").exists()
-    assert run_cli("report", "--run", f"x={twice}", "-o", tmp_path / "r") == 2  # report scores samples files too
+    assert (
+        run_cli("report", "--run", f"x={twice}", "-o", tmp_path / "r") == 2
+    )  # report scores samples files too
     assert "have the same id" in _one_error_line(capsys, "report")
     gsm = [{"id": i, "answer": "#### 2", "samples": ["The answer is 2", "no"]} for i in range(2)]
     gsm_twice = _write_jsonl(tmp_path / "gsm.jsonl", gsm + gsm[:1])
     assert run_cli("voting", "--samples", gsm_twice, "--task", "gsm8k", "-o", tmp_path / "v.json") == 2
     assert "records #0 and #2 have the same id 0" in _one_error_line(capsys, "voting")
-    lm_eval = [{"doc_id": 0, "doc": {"gold": "2"}, "filtered_resps": [["The answer is 2"]]}] * 2  # lm-eval's key
+    lm_eval = [
+        {"doc_id": 0, "doc": {"gold": "2"}, "filtered_resps": [["The answer is 2"]]}
+    ] * 2  # lm-eval's key
     lm_eval_twice = _write_jsonl(tmp_path / "samples_distmatch_gsm8k.jsonl", lm_eval)
     assert run_cli("voting", "--samples", lm_eval_twice, "--task", "gsm8k", "-o", tmp_path / "v.json") == 2
     assert "have the same doc_id 0" in _one_error_line(capsys, "voting")
@@ -97,7 +103,9 @@ def test_the_console_command_refuses_in_one_line(tmp_path: Path) -> None:
 # Prompts whose samples are all empty
 
 
-def test_allow_empty_scores_a_prompt_of_empty_samples_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_allow_empty_scores_a_prompt_of_empty_samples_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rows = [RECORDS[0], {"id": "blank", "prompt": PROMPTS[1], "samples": ["", "  \n"]}]
     path = _write_jsonl(tmp_path / "s.jsonl", rows)
     assert run_cli("diversity", path, "--no-progress") == 2
@@ -137,8 +145,16 @@ def test_allow_empty_scores_a_prompt_of_empty_samples_0(tmp_path: Path, capsys: 
 def test_voting_records_no_answer_for_a_number_beyond_float_range(tmp_path: Path) -> None:
     huge = "The answer is -" + "1" * 400
     rows = [
-        {"id": 0, "answer": "#### 7", "samples": [huge, "The answer is 7", "The answer is " + "1" * 400 + "/3"]},
-        {"id": 1, "answer": "#### 3", "samples": ["The answer is 3", "The answer is 1/00", "The answer is 3"]},
+        {
+            "id": 0,
+            "answer": "#### 7",
+            "samples": [huge, "The answer is 7", "The answer is " + "1" * 400 + "/3"],
+        },
+        {
+            "id": 1,
+            "answer": "#### 3",
+            "samples": ["The answer is 3", "The answer is 1/00", "The answer is 3"],
+        },
     ]
     path = _write_jsonl(tmp_path / "gsm.jsonl", rows)
     out = tmp_path / "curve.json"
@@ -160,7 +176,9 @@ def test_reward_refuses_a_model_without_a_trained_score_head(
     out = tmp_path / "r.json"
     assert run_cli("reward", "--samples", samples, "--reward-model", model, "-o", out) == 2
     line = _one_error_line(capsys, "reward")
-    assert f"--reward-model {model} is a LlamaForCausalLM checkpoint (config.json 'architectures')" in line, line
+    assert f"--reward-model {model} is a LlamaForCausalLM checkpoint (config.json 'architectures')" in line, (
+        line
+    )
     assert not out.exists()
     # without `architectures` in config.json: found by the weights the checkpoint lacks
     bare = tmp_path / "bare"
@@ -178,7 +196,9 @@ def test_reward_refuses_a_model_without_a_trained_score_head(
     from distmatch.errors import DistMatchConfigError
     from eval_tasks.lm_eval_tasks.preflight import preflight
 
-    with pytest.raises(DistMatchConfigError, match=rf"reward_model='{re.escape(str(model))}' is a LlamaForCausalLM"):
+    with pytest.raises(
+        DistMatchConfigError, match=rf"reward_model='{re.escape(str(model))}' is a LlamaForCausalLM"
+    ):
         preflight(["distmatch_alpacaeval_bon"], {"reward_model": str(model)}, [])
 
 
@@ -218,7 +238,9 @@ def _generate(model: Path, prompts: Path, out: Path, *extra: str) -> int:
 def test_a_cut_off_last_line_says_how_to_continue(
     model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    prompts = _write_jsonl(tmp_path / "p.jsonl", [{"id": f"p{i}", "prompt": p} for i, p in enumerate(PROMPTS)])
+    prompts = _write_jsonl(
+        tmp_path / "p.jsonl", [{"id": f"p{i}", "prompt": p} for i, p in enumerate(PROMPTS)]
+    )
     whole, out = tmp_path / "whole.jsonl", tmp_path / "o.jsonl"
     assert _generate(model, prompts, whole) == 0
     data = whole.read_bytes()
@@ -229,8 +251,12 @@ def test_a_cut_off_last_line_says_how_to_continue(
     line = _one_error_line(capsys, "generate")
     keep = data.index(b"\n") + 1
     assert f"{out}:2: the last line is cut off" in line, line
-    assert f"remove it (truncate -s {keep} {out}), then run the same generate command with --resume" in line, line
-    assert run_cli("diversity", out, "--metrics", "ngram", "--no-progress") == 2  # the same line for diversity
+    assert (
+        f"remove it (truncate -s {keep} {out}), then run the same generate command with --resume" in line
+    ), line
+    assert (
+        run_cli("diversity", out, "--metrics", "ngram", "--no-progress") == 2
+    )  # the same line for diversity
     assert f"{out}:2: the last line is cut off" in _one_error_line(capsys, "diversity")
     with out.open("r+b") as f:  # what the line says to do
         f.truncate(keep)
@@ -238,8 +264,12 @@ def test_a_cut_off_last_line_says_how_to_continue(
     assert out.read_bytes() == data  # the same records as the uninterrupted run (same seed and batch size)
 
 
-def test_resume_after_a_last_record_without_line_end_keeps_one_record_a_line(model: Path, tmp_path: Path) -> None:
-    prompts = _write_jsonl(tmp_path / "p.jsonl", [{"id": f"p{i}", "prompt": p} for i, p in enumerate(PROMPTS)])
+def test_resume_after_a_last_record_without_line_end_keeps_one_record_a_line(
+    model: Path, tmp_path: Path
+) -> None:
+    prompts = _write_jsonl(
+        tmp_path / "p.jsonl", [{"id": f"p{i}", "prompt": p} for i, p in enumerate(PROMPTS)]
+    )
     out = tmp_path / "o.jsonl"
     assert _generate(model, prompts, out, "--limit", "1") == 0
     out.write_bytes(out.read_bytes().rstrip(b"\n"))  # e.g. saved by an editor that drops the final line end
