@@ -61,17 +61,15 @@ def test_a_file_holding_its_prompts_twice_is_refused(
     line = _one_error_line(capsys, "diversity")
     assert f'{twice}: records #0 and #3 have the same id "p0"' in line and "would count twice" in line, line
     assert not twice.with_suffix(".diversity.json").exists()
-    assert (
-        run_cli("report", "--run", f"x={twice}", "-o", tmp_path / "r") == 2
-    )  # report scores samples files too
+    # report scores samples files too
+    assert run_cli("report", "--run", f"x={twice}", "-o", tmp_path / "r") == 2
     assert "have the same id" in _one_error_line(capsys, "report")
     gsm = [{"id": i, "answer": "#### 2", "samples": ["The answer is 2", "no"]} for i in range(2)]
     gsm_twice = _write_jsonl(tmp_path / "gsm.jsonl", gsm + gsm[:1])
     assert run_cli("voting", "--samples", gsm_twice, "--task", "gsm8k", "-o", tmp_path / "v.json") == 2
     assert "records #0 and #2 have the same id 0" in _one_error_line(capsys, "voting")
-    lm_eval = [
-        {"doc_id": 0, "doc": {"gold": "2"}, "filtered_resps": [["The answer is 2"]]}
-    ] * 2  # lm-eval's key
+    # an lm-eval samples file: its key is doc_id
+    lm_eval = [{"doc_id": 0, "doc": {"gold": "2"}, "filtered_resps": [["The answer is 2"]]}] * 2
     lm_eval_twice = _write_jsonl(tmp_path / "samples_distmatch_gsm8k.jsonl", lm_eval)
     assert run_cli("voting", "--samples", lm_eval_twice, "--task", "gsm8k", "-o", tmp_path / "v.json") == 2
     assert "have the same doc_id 0" in _one_error_line(capsys, "voting")
@@ -254,9 +252,8 @@ def test_a_cut_off_last_line_says_how_to_continue(
     assert (
         f"remove it (truncate -s {keep} {out}), then run the same generate command with --resume" in line
     ), line
-    assert (
-        run_cli("diversity", out, "--metrics", "ngram", "--no-progress") == 2
-    )  # the same line for diversity
+    # diversity says the same
+    assert run_cli("diversity", out, "--metrics", "ngram", "--no-progress") == 2
     assert f"{out}:2: the last line is cut off" in _one_error_line(capsys, "diversity")
     with out.open("r+b") as f:  # what the line says to do
         f.truncate(keep)
