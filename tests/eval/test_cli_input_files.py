@@ -1,7 +1,7 @@
-"""distmatch-eval on damaged or unusual input files (issue 38, section 3): a file holding prompts twice, prompts
-whose samples are all empty, GSM8K numbers beyond float range, a causal LM as reward model, files that are not
-UTF-8, and the cut-off last line an interrupted `generate` leaves. Each through the real command: `cli.main` (what
-the console script calls), and once through a process of its own."""
+"""distmatch-eval on damaged or unusual input files: a file holding prompts twice, prompts whose samples are all
+empty, GSM8K numbers beyond float range, a causal LM as reward model, files that are not UTF-8, and the cut-off last
+line an interrupted `generate` leaves. Each through the real command: `cli.main` (what the console script calls),
+and once through a process of its own."""
 
 from __future__ import annotations
 
