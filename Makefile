@@ -1,6 +1,7 @@
 # distmatch: set-up, tests, demo.  A newcomer needs two commands: `make demo` and `make test`.
 # Both create the virtual environments they need themselves (idempotent: stamp files, redone when
-# pyproject.toml or the torch spec changes).
+# pyproject.toml or the hooks' installer is newer than the stamp - make compares timestamps - or the torch
+# spec changes).
 #
 #   .venv              core + eval + demo + dev stack (TRL, transformers, lm-eval, ruff, pytest)
 #   .venv-axolotl      axolotl 0.19.0 with its hard pins (transformers 5.16.1, trl 1.9.0, ...)
