@@ -12,9 +12,10 @@ Subcommands (``distmatch-eval <cmd> --help`` for every flag):
   report with the papers' published numbers side by side, plus PNG plots.
 
 Errors in the input (a prompt with fewer than 2 samples, empty samples, unknown models, missing optional
-dependencies, unreadable files, an existing ``generate -o`` file without ``--overwrite``, ``--resume`` into a file
-made with other settings, ``diversity`` on a file whose records were made with different settings) end the command
-with exit status 2 and a one-line message; set ``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
+dependencies, unreadable files, files that are not UTF-8, a cut-off last line, an existing ``generate -o`` file
+without ``--overwrite``, ``--resume`` into a file made with other settings, ``diversity`` on a file whose records were
+made with different settings or that holds a prompt twice) end the command with exit status 2 and a one-line
+message; set ``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
 
 Each command only maps its flags onto the library: :mod:`eval_tasks.samples` (files), :mod:`eval_tasks.generation`
 (sampling), :mod:`eval_tasks.results` (the result files, from :mod:`eval_tasks.metrics`) and :mod:`eval_tasks.report`.
