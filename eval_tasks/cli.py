@@ -65,6 +65,12 @@ def _check_output_file(out: Path, *, resume: bool, overwrite: bool) -> None:
         )
 
 
+def _check_limit(limit: int | None) -> None:
+    """--limit N: the first N records; 0 or a negative N (which slicing would read as "all but the last") refused."""
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit {limit}: must be >= 1 (the first N records); leave it out for all.")
+
+
 def _ends_with_line_end(path: Path) -> bool:
     with path.open("rb") as f:
         f.seek(0, os.SEEK_END)
@@ -87,6 +93,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling.check()
     if args.batch_size < 1:
         raise InputError("--max-new-tokens and --batch-size must be >= 1.")
+    _check_limit(args.limit)
     if args.temperature == 0 and args.num_samples > 1:
         print(
             f"distmatch-eval generate: --temperature 0 is greedy; the {args.num_samples} samples per prompt will be "
@@ -165,6 +172,8 @@ def cmd_diversity(args: argparse.Namespace) -> int:
             )
     samples.check_unique_ids(records, args.samples)  # a prompt twice would count twice
     samples.check_same_settings(records, args.samples)  # one result records one generation setting
+    if args.n_max < 1 or args.batch_size < 1:
+        raise InputError(f"need --n-max >= 1 and --batch-size >= 1, got {args.n_max} and {args.batch_size}.")
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     bad = [m for m in metrics if m not in (*M.METRICS, M.MAUVE)]
     if bad or not metrics:
@@ -237,6 +246,7 @@ def cmd_diversity(args: argparse.Namespace) -> int:
 def cmd_nexttoken(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or args.max_length < 2 or args.top_k < 1:
         raise InputError("need --batch-size >= 1, --max-length >= 2 and --top-k >= 1.")
+    _check_limit(args.limit)
     model, tokenizer, _ = G.load_checkpoint(args.model, args.device, args.dtype)
     records = samples.read_jsonl(args.data)[: args.limit] if args.data else None
     if args.probes == "none":

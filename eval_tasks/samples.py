@@ -46,12 +46,13 @@ def read_text(path: str | os.PathLike[str]) -> str:
         raise InputError(f"{path}: no such file.")
     data = path.read_bytes()
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a leading byte-order mark (Windows editors) is dropped
     except UnicodeDecodeError as err:
-        line_start = data.rfind(b"\n", 0, err.start) + 1
-        line = data.count(b"\n", 0, err.start) + 1
+        body = err.object  # without the byte-order mark
+        line_start = body.rfind(b"\n", 0, err.start) + 1
+        line = body.count(b"\n", 0, err.start) + 1
         raise InputError(
-            f"{path}:{line}: not UTF-8 (byte 0x{data[err.start]:02x} at column {err.start - line_start + 1}); "
+            f"{path}:{line}: not UTF-8 (byte 0x{body[err.start]:02x} at column {err.start - line_start + 1}); "
             "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE > NEW) and give that."
         ) from None
 
@@ -83,9 +84,9 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[Any]:
             if number == len(lines):  # no line end after it: cut off while being written
                 keep = len("\n".join(lines[:-1]).encode("utf-8")) + (1 if len(lines) > 1 else 0)
                 raise InputError(
-                    f"{path}:{number}: the last line is cut off (not JSON, no line end), as an interrupted "
-                    f"`distmatch-eval generate` leaves it: remove it (truncate -s {keep} {path}), then run the same "
-                    "generate command with --resume to generate its prompt again."
+                    f"{path}:{number}: the last line is cut off (not JSON, no line end). If an interrupted "
+                    f"`distmatch-eval generate` wrote it: remove it (truncate -s {keep} {path}), then run the same "
+                    "generate command with --resume, which generates its prompt again; else fix the line."
                 ) from err
             raise InputError(f"{path}:{number}: not valid JSON ({err.msg}).") from err
     return records

@@ -273,3 +273,63 @@ def test_resume_after_a_last_record_without_line_end_keeps_one_record_a_line(
     assert _generate(model, prompts, out, "--resume") == 0
     lines = out.read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["p0", "p1", "p2"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Found by probing: flag values and records that ended in a traceback, a silent change or a late error
+
+
+def test_limit_and_non_finite_sampling_values_are_refused_before_the_model_loads(
+    model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = _write_jsonl(
+        tmp_path / "p.jsonl", [{"id": f"p{i}", "prompt": p} for i, p in enumerate(PROMPTS)]
+    )
+    out = tmp_path / "o.jsonl"
+    for flags, expected in (
+        (["--limit", "-1"], "--limit -1: must be >= 1"),  # slicing read it as "all but the last prompt"
+        (["--limit", "0"], "--limit 0: must be >= 1"),  # an empty file
+        (["--temperature", "nan"], "need a finite --temperature >= 0"),  # failed after the model loaded
+        (["--temperature", "inf"], "need a finite --temperature >= 0"),
+    ):
+        assert (
+            run_cli("generate", "--model", tmp_path / "no_model", "--prompts", prompts, "-o", out, *flags)
+            == 2
+        )
+        assert expected in _one_error_line(capsys, "generate"), flags
+        assert not out.exists()
+    assert run_cli("nexttoken", "--model", model, "--probes", "none", "--limit", "0", "-o", out) == 2
+    assert "--limit 0: must be >= 1" in _one_error_line(capsys, "nexttoken")
+    samples = _write_jsonl(tmp_path / "s.jsonl", RECORDS)
+    assert run_cli("diversity", samples, "--n-max", "0", "--no-progress") == 2
+    assert "need --n-max >= 1 and --batch-size >= 1, got 0 and 64" in _one_error_line(capsys, "diversity")
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bom = tmp_path / "bom.jsonl"  # what some Windows editors write
+    bom.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in RECORDS).encode())
+    out = tmp_path / "d.json"
+    assert run_cli("diversity", bom, "--metrics", "ngram", "--no-progress", "-o", out) == 0
+    assert json.loads(out.read_text())["num_prompts"] == 3
+    capsys.readouterr()
+    bom.write_bytes(b'\xef\xbb\xbf{"id": 0, "samples": ["caf\xe9", "b"]}\n')
+    assert run_cli("diversity", bom, "--no-progress") == 2  # the column does not count the mark
+    assert f"{bom}:1: not UTF-8 (byte 0xe9 at column 27)" in _one_error_line(capsys, "diversity")
+
+
+def test_voting_refuses_malformed_records_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "v.json"
+    for rows, expected in (
+        ([["The answer is 2"]], "record 0 is a list, expected an object"),  # was an AttributeError traceback
+        ([{"doc": {"gold": "2"}, "filtered_resps": []}], "record 0 holds no list of sampled responses"),
+        ([{"gold": "2", "samples": {"a": 1}}], "record 0 holds no list of sampled responses"),
+        ([{"gold": "two", "samples": ["The answer is 2"]}], "record 0: gold 'two' is not a number"),
+    ):
+        path = _write_jsonl(tmp_path / "s.jsonl", rows)
+        assert run_cli("voting", "--samples", path, "--task", "gsm8k", "-o", out) == 2
+        assert f"{path}: {expected}" in _one_error_line(capsys, "voting")
+    path = _write_jsonl(tmp_path / "s.jsonl", [{"gold": "1,200", "samples": ["The answer is 1200", "no"]}])
+    assert run_cli("voting", "--samples", path, "--task", "gsm8k", "-o", out) == 0  # read as answers are
+    assert json.loads(out.read_text())["curve"]["bon@1"] == 100.0
