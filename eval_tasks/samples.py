@@ -162,7 +162,9 @@ def read_references(path: str | os.PathLike[str], records: Sequence[Mapping[str,
     """The human text of each of `records` (matched by ``id``) from a JSONL of ``reference`` / ``text`` records
     (or plain strings, matched by position)."""
     by_id = {}
-    for i, r in enumerate(read_jsonl(path)):
+    rows = read_jsonl(path)
+    check_unique_ids(rows, path)  # two references of one prompt: which one counts?
+    for i, r in enumerate(rows):
         text = (
             r if isinstance(r, str) else (r.get("reference", r.get("text")) if isinstance(r, dict) else None)
         )

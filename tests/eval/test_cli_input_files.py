@@ -73,7 +73,12 @@ def test_a_file_holding_its_prompts_twice_is_refused(
     lm_eval_twice = _write_jsonl(tmp_path / "samples_distmatch_gsm8k.jsonl", lm_eval)
     assert run_cli("voting", "--samples", lm_eval_twice, "--task", "gsm8k", "-o", tmp_path / "v.json") == 2
     assert "have the same doc_id 0" in _one_error_line(capsys, "voting")
+    refs = _write_jsonl(
+        tmp_path / "refs.jsonl", [{"id": "p0", "reference": "a"}, {"id": "p0", "reference": "b"}]
+    )
     once = _write_jsonl(tmp_path / "once.jsonl", RECORDS)
+    assert run_cli("diversity", once, "--metrics", "mauve", "--references", refs, "--no-progress") == 2
+    assert f'{refs}: records #0 and #1 have the same id "p0"' in _one_error_line(capsys, "diversity")
     assert run_cli("diversity", once, "--metrics", "ngram", "--no-progress") == 0
     assert json.loads(once.with_suffix(".diversity.json").read_text())["num_prompts"] == 3
 
