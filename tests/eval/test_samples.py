@@ -27,9 +27,8 @@ def test_jsonl_round_trip_and_json_list(tmp_path: Path) -> None:
 
 def test_records_with_unicode_line_separators_read_back(tmp_path: Path) -> None:
     rows = [{"id": 0, "samples": ["a\u2028b", "c\x85d\x0ce"]}, {"id": 1, "samples": ["x", "y"]}]
-    S.write_jsonl(
-        tmp_path / "s.jsonl", rows
-    )  # written unescaped (ensure_ascii=False), as generate writes them
+    # written unescaped (ensure_ascii=False), as generate writes them
+    S.write_jsonl(tmp_path / "s.jsonl", rows)
     assert S.read_jsonl(tmp_path / "s.jsonl") == rows  # lines end at \n only
 
 
