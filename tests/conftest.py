@@ -12,12 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import launches
 from tests.helpers.cli import WheelVenv, build_wheel_venv
-from tests.helpers.env import OFFLINE_ENV, REPO_ROOT
+from tests.helpers.env import OFFLINE_ENV, REPO_ROOT, extensions_dir
+from tests.helpers.once import build_once
 
 # Set before any test module imports transformers / datasets / axolotl: no network in tests.
 for _key, _value in OFFLINE_ENV.items():
     os.environ.setdefault(_key, _value)
+# One DeepSpeed op build per venv, shared by every launch of the run (tests/helpers/env.py).
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
 
 
 # The markers each folder's tests carry (a path under tests/, folder or file; the longest match wins, so a file entry
@@ -26,6 +30,7 @@ for _key, _value in OFFLINE_ENV.items():
 FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
     "axolotl": ("axolotl_env",),
     "distributed": ("multiprocess",),
+    "losses": ("loss_library",),
     "eval/opencompass": ("opencompass_env",),
     "swift": ("swift_env",),
     "trl": ("trl_trainer",),
@@ -47,9 +52,113 @@ def folder_markers(path: Path) -> tuple[str, ...]:
     return FOLDER_MARKERS[max(matches, key=len)] if matches else ()
 
 
+# `launches` (tests/helpers/launches.py): the folders and files whose tests start other programs, themselves or
+# through their module / session fixtures (a training launch, `lm_eval`, the sandbox, a fresh venv, `make -n`) ...
+LAUNCHING_PATHS = (
+    "benchmarks/test_benchmarks.py",
+    "distributed",
+    "eval/lm_eval_tasks",
+    "eval/test_code_execution.py",
+    "hooks/test_install_pth.py",
+    "project/test_dist.py",
+    "project/test_extending.py",
+    "project/test_generated.py",
+    "project/test_makefile_stamps.py",
+    "project/test_no_deps_install.py",
+    "project/test_project_venvs.py",
+    "project/test_suite_steps.py",
+    "trl/cli",
+)
+# ... and single tests (by function name) in files whose other tests start nothing.
+LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
+    "demo/test_demo.py": ("test_recipe_dry_run", "test_recipes_exist_and_parse"),
+    "distmatch/test_errors.py": ("test_the_hook_prints_one_line_only_for_refusals",),
+    "distmatch/test_optional.py": ("test_importing_packages_does_not_import_optional_frameworks",),
+    "eval/test_cli.py": (
+        "test_console_script_is_declared_and_runs",
+        "test_metrics_module_imports_without_heavy_dependencies",
+    ),
+    "eval/test_cli_input_files.py": ("test_the_console_command_refuses_in_one_line",),
+    "eval/test_code_tasks.py": (
+        "test_canonical_solutions_pass_and_wrong_ones_fail",
+        "test_plus_tests_catch_what_the_base_tests_miss",
+    ),
+    "eval/test_documented_commands.py": (
+        "test_documented_distmatch_eval_command_runs",
+        "test_documented_recipe_dry_run_prints_accepted_commands",
+    ),
+    "hooks/test_import_hook.py": ("test_importing_a_hook_imports_only_the_standard_library",),
+    "project/test_documented_commands.py": (
+        "test_make_command_dry_runs",
+        "test_make_dry_run_fails_on_an_unknown_target",
+    ),
+    "project/test_import_cycles.py": (
+        "test_bottom_layer_imports_no_framework",
+        "test_every_eval_tasks_module_imports_alone",
+    ),
+    "project/test_mutants.py": ("test_parallel_run_reports_caught_and_survived_and_leaves_the_tree_alone",),
+    "trl/test_emo_lm_recipes.py": (
+        "test_table1_recipe_dry_run_prints_accepted_commands",
+        "test_table2_oracle_data_needs_its_files_then_runs_the_same_loop",
+    ),
+    "trl/test_options.py": ("test_module_prints_the_loss_table_then_the_option_table",),
+}
+
+
+def launches_marked(path: Path, name: str) -> bool:
+    """Whether the test `name` (its function's name) in `path` is listed as starting other programs."""
+    try:
+        relative = path.resolve().relative_to(TESTS_DIR).as_posix()
+    except ValueError:
+        return False
+    if any(relative == key or relative.startswith(key + "/") for key in LAUNCHING_PATHS):
+        return True
+    return name in LAUNCHING_TESTS.get(relative, ())
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
     for name in folder_markers(item.path):
         item.add_marker(name)
+    if launches_marked(item.path, getattr(item, "originalname", item.name)):
+        item.add_marker(launches.MARKER)
+
+
+# `launches`: a test that starts another program must carry the marker (tests/helpers/launches.py); with
+# DISTMATCH_RECORD_LAUNCHES=<file> the run lists the launching tests there instead of failing them.
+launches.install()
+_RECORD_LAUNCHES = os.environ.get("DISTMATCH_RECORD_LAUNCHES")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    launches.start(item.nodeid)
+    try:
+        yield
+    finally:
+        launches.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    command = launches.launched.get(item.nodeid)
+    if call.when != "teardown" or command is None or _RECORD_LAUNCHES or not report.passed:
+        return
+    if item.get_closest_marker(launches.MARKER) is None:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} started a program ({command}) without the `{launches.MARKER}` marker: give it the "
+            "marker (tests/conftest.py LAUNCHING_PATHS / LAUNCHING_TESTS, or @pytest.mark.launches) so that "
+            "`make test-quick` leaves it out"
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _RECORD_LAUNCHES:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        lines = "".join(f"{nodeid}\t{command}\n" for nodeid, command in sorted(launches.launched.items()))
+        Path(f"{_RECORD_LAUNCHES}.{worker}").write_text(lines)
 
 
 @pytest.fixture(scope="session")
@@ -60,5 +169,6 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
-    """Our wheel installed in a fresh venv (built once per session; the TRL CLI and distributed tests use it)."""
-    return build_wheel_venv(tmp_path_factory.mktemp("wheel"))
+    """Our wheel installed in a fresh venv (built once per test run, shared by the xdist workers; the TRL CLI and
+    distributed tests use it)."""
+    return build_once(tmp_path_factory, "wheel", build_wheel_venv)

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         step(f"clean venv: {args.torch}, then {wheel.name}[eval] with its dependencies")
         bin_dir = make_venv(args.python, args.work / "venv")
-        pip = [bin_dir / "python", "-m", "pip", "install", "-q"]
+        pip = [bin_dir / "python", "-m", "pip", "install", "-q", "--no-compile"]
         run([*pip, args.torch, *shlex.split(args.torch_pip_args)], env=env)
         run([*pip, f"{wheel}[eval]"], env=env)
         run([bin_dir / "python", "-m", "pip", "check"], env=env)

@@ -3,11 +3,14 @@
 Every attack runs for real in the sandbox (loopback addresses only, bounded time): an infinite loop, a fork loop,
 a memory hog, a write outside the scratch folder, a connection to a listener the test opens on 127.0.0.1, reading
 the parent's environment (directly and through /proc). After each: no file outside scratch, no scratch folder
-left, no process of the sandbox alive.
+left, no process of the sandbox alive. A pass is the harness's verdict: every way of ending the interpreter before
+the checks end, or of printing or writing a marker, fails a wrong HumanEval completion.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import socket
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -22,12 +26,15 @@ import pytest
 
 from distmatch.errors import DistMatchConfigError
 from eval_tasks import code_execution as ce
+from eval_tasks import code_tasks as ct
+from tests.helpers.env import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("unshare") is None, reason="needs Linux and unshare"
 )
 
 SECRET = "DISTMATCH_TEST_SECRET_" + uuid.uuid4().hex[:8]
+FIXTURES = Path(__file__).parent / "fixtures" / "code"
 
 
 def _scratch_folders() -> set[str]:
@@ -126,7 +133,9 @@ def test_write_outside_scratch_fails_and_leaves_no_file(clean_host, where) -> No
     target = folder / f"distmatch-escape-{uuid.uuid4().hex}"
     try:
         result = run(f"open({str(target)!r}, 'w').write('escaped')\n")
-        assert not result.passed and "Read-only file system" in result.reason
+        # The sandbox's /tmp is read-only and holds only its scratch folder: the host's folders are not there.
+        expected = "Read-only file system" if where == "tmp" else "No such file or directory"
+        assert not result.passed and expected in result.reason, result
         assert not target.exists()
     finally:
         if where == "world_writable_folder":
@@ -230,11 +239,357 @@ def test_the_limits_and_the_user_inside(clean_host) -> None:
         "assert r.getrlimit(r.RLIMIT_AS) == (300 * 2**20,) * 2\n"
         "assert r.getrlimit(r.RLIMIT_FSIZE) == (2 * 2**20,) * 2\n"
         "assert r.getrlimit(r.RLIMIT_NPROC) == (7, 7)\n"
+        "assert r.getrlimit(r.RLIMIT_NOFILE) == (256, 256) and r.getrlimit(r.RLIMIT_CORE) == (0, 0)\n"
         "assert os.getpid() == 1\n"  # PID 1 of its own PID namespace
-        f"assert os.geteuid() == {65534 if os.geteuid() == 0 else 0}\n"  # nobody when started by root
+        # Started by root: a user of its own (its process budget is its own), never root; else root of a user ns.
+        f"assert os.geteuid() {'>= ' + str(ce.UID_BASE) if os.geteuid() == 0 else '== 0'}\n"
+        "assert os.getuid() == os.geteuid() == os.getgid()\n"
         "status = open('/proc/self/status').read()\n"
         "assert 'CapEff:\\t0000000000000000' in status and 'NoNewPrivs:\\t1' in status, status\n"
+        "assert 'CapBnd:\\t0000000000000000' in status and 'CapPrm:\\t0000000000000000' in status, status\n"
+        "assert open('/proc/self/oom_score_adj').read().strip() == '1000'\n"  # the host's OOM killer's first pick
         "assert '/distmatch-sandbox-' in os.getcwd() and os.environ['HOME'] == os.getcwd()\n"
     )
     result = ce.execute(program, 2.5, limits=limits, allow=True)
     assert result.passed, result.reason
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A pass means the program's code ran to its end: the ways to end the interpreter early, or to print or
+# write a marker, all fail a wrong HumanEval completion; a correct one still passes whatever it does afterwards.
+
+HUMANEVAL = json.loads((FIXTURES / "humaneval" / "test.jsonl").read_text().splitlines()[0])  # HumanEval/0
+WRONG = "    return False\n"  # fails check's first assert
+EARLY_EXITS = {
+    "unittest_main": "import unittest\nif __name__ == '__main__':\n    unittest.main()\n",
+    "unittest_main_unguarded": "import unittest\nunittest.main()\n",
+    "sys_exit_0": "import sys\nsys.exit(0)\n",
+    "exit": "exit()\n",
+    "quit": "quit()\n",
+    "os__exit_0": "import os\nos._exit(0)\n",
+    "raise_system_exit": "raise SystemExit\n",
+    "atexit_os__exit": "import atexit, os\natexit.register(lambda: os._exit(0))\n",
+    "excepthook_exits_0": "import os, sys\nsys.excepthook = lambda *args: os._exit(0)\n",
+    "sigint_handler_exits_0": "import os, signal\nsignal.signal(signal.SIGINT, lambda *a: os._exit(0))\n"
+    "os.kill(os.getpid(), signal.SIGINT)\n",
+    "sigkill_self": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",  # PID 1: ignored, checks fail
+    "thread_exits_0_after_the_failure": "import os, threading, time\n"
+    "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(0))).start()\n",
+    "fork_parent_exits_0": "import os, sys\nif os.fork():\n    os.wait()\n    sys.exit(0)\n",
+    "exec_true": "import os\nos.execv('/bin/true', ['true'])\n",
+    # A marker: printed, and written to every open file descriptor (the verdict pipe among them).
+    "prints_and_writes_markers": "import os\nprint('passed')\nfor fd in range(64):\n    try:\n"
+    "        os.write(fd, b'0' * 32)\n    except OSError:\n        pass\nos._exit(0)\n",
+}
+# Attacks inside the checks: the candidate itself ends the interpreter, or a signal handler does while it runs.
+IN_CHECK = {
+    "system_exit_in_check": "    raise SystemExit(0)\n",
+    "alarm_handler_exits_0": "    import time\n    time.sleep(2)\n    return False\n\nimport os, signal\n"
+    "signal.signal(signal.SIGALRM, lambda *a: os._exit(0))\nsignal.setitimer(signal.ITIMER_REAL, 0.2)\n",
+}
+
+
+def humaneval_program(completion: str) -> str:
+    return ct.completion_program(HUMANEVAL, "distmatch_humaneval", completion)
+
+
+@pytest.mark.parametrize("attack", sorted(EARLY_EXITS))
+def test_a_wrong_program_that_ends_before_its_checks_finish_fails(clean_host, attack) -> None:
+    result = run(humaneval_program(WRONG + "\n" + EARLY_EXITS[attack]), timeout_s=5.0)
+    assert not result.passed, (attack, result)
+
+
+@pytest.mark.parametrize("attack", sorted(IN_CHECK))
+def test_a_candidate_that_ends_the_interpreter_during_the_checks_fails(clean_host, attack) -> None:
+    result = run(humaneval_program(IN_CHECK[attack]), timeout_s=5.0)
+    assert not result.passed, (attack, result)
+
+
+def test_only_the_sandboxs_first_process_gives_the_verdict(clean_host) -> None:
+    """A forked child that runs the checks to their end is not the program: the first process ended early."""
+    fork = "\nimport os\nif os.fork():\n    os.wait()\n    os._exit(0)\n"
+    result = run(humaneval_program(HUMANEVAL["canonical_solution"] + fork))
+    assert not result.passed and result.returncode == 0, result
+
+
+def test_tracing_cannot_jump_over_a_failing_assert(clean_host) -> None:
+    program = (
+        "import sys, linecache\n"
+        "def jump(frame, event, arg):\n"
+        "    if event == 'line' and linecache.getline(__file__, frame.f_lineno).strip().startswith('assert'):\n"
+        "        try:\n            frame.f_lineno += 1\n        except ValueError:\n            pass\n"
+        "    return jump\n"
+        "sys.settrace(lambda frame, event, arg: jump if frame.f_code.co_name == 'check' else None)\n"
+        "def add(a, b):\n    return a - b\n"
+        "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(0, 0) == 0\n"
+        "check(add)\n"
+    )
+    result = run(program)
+    assert not result.passed and "the sandbox refuses sys.settrace" in result.reason, result
+
+
+def test_the_program_is_read_as_the_utf8_the_harness_wrote() -> None:
+    """A coding cookie in the completion cannot make the interpreter re-read the checks in another encoding."""
+    result = run("# -*- coding: latin-1 -*-\nassert len('\u00e9') == 1\n")
+    assert result.passed, result.reason
+
+
+def test_a_tracer_set_through_the_c_api_is_refused_too(clean_host) -> None:
+    """The audit hook behind ``sys.settrace``: ``PyEval_SetTrace`` called through ctypes sets no tracer either."""
+    program = (
+        "import ctypes\ncalls = []\n"
+        "TRACE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.py_object, ctypes.c_int, ctypes.py_object)\n"
+        "tracer = TRACE(lambda obj, frame, what, arg: calls.append(what) or 0)\n"
+        "ctypes.pythonapi.PyEval_SetTrace.argtypes = [TRACE, ctypes.py_object]\n"
+        "ctypes.pythonapi.PyEval_SetTrace(tracer, None)\n"
+        "x = 1\ny = 2\n"
+        "assert calls == [], calls[:5]\n"
+    )
+    result = run(program)
+    assert result.passed, result.reason
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "if __name__ == '__main__':\n    print(has_close_elements([1.0, 1.05], 0.1))\n",
+        # Not run, as in the reference harnesses: the program's __name__ is not "__main__".
+        "import unittest\nif __name__ == '__main__':\n    unittest.main()\n",
+        "import doctest\ndoctest.testmod()\n",  # it clears the tracing hook (sys.settrace(None)) and restores it
+        "import atexit, os\natexit.register(lambda: os._exit(3))\n",  # after the verdict nothing of it runs
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n",  # nor its threads
+        "import io, sys\nprint('FAILED')\nprint('FAILED', file=sys.stderr)\nsys.stdout = io.StringIO()\n",
+    ],
+)
+def test_a_correct_program_passes_whatever_it_does_besides(clean_host, tail) -> None:
+    result = run(humaneval_program(HUMANEVAL["canonical_solution"] + "\n" + tail), timeout_s=5.0)
+    assert result == ce.ExecutionResult(True, "passed", 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The evaluating process keeps a bounded tail of the output; a sandbox that cannot start a program raises.
+
+
+def test_the_output_kept_is_a_bounded_tail(clean_host) -> None:
+    program = (
+        "import sys\nfor _ in range(25):\n    sys.stdout.write('o' * 2**20)\n    sys.stderr.write('e' * 2**20)\n"
+        "sys.stderr.write('the end')\nraise SystemExit(3)\n"
+    )
+    tracemalloc.start()
+    try:
+        result = run(program, timeout_s=10.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.returncode == 3 and result.reason.endswith("the end"), result.reason[-100:]
+    assert peak < 4 * 2**20, peak  # 50 MB printed; the evaluating process kept a few KB of it
+
+
+@pytest.mark.parametrize("how", ["interpreter_that_fails", "memory_too_small_to_start"])
+def test_a_sandbox_that_cannot_start_the_program_raises(clean_host, monkeypatch, how) -> None:
+    limits = None
+    if how == "interpreter_that_fails":
+        monkeypatch.setenv(ce.PYTHON_ENV, "/bin/false")
+    else:
+        limits = ce.SandboxLimits(memory_mb=4)
+    with pytest.raises(ce.SandboxUnavailable, match="could not start the program"):
+        run("pass", limits=limits)
+    with pytest.raises(ce.SandboxUnavailable, match="could not start the program"):
+        ce.execute_many(["pass"] * 3, 3.0, workers=2, limits=limits, allow=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Only what a program needs is visible.
+
+
+def test_only_the_interpreter_and_the_scratch_folder_are_visible(clean_host, tmp_path) -> None:
+    readable = tmp_path / "world-readable.txt"
+    readable.write_text("host data")
+    readable.chmod(0o644)
+    for folder in (tmp_path, *tmp_path.parents):
+        folder.chmod(folder.stat().st_mode | 0o005)
+    shown = {
+        p.split("/")[1]
+        for p in (ce._packages() + os.pathsep + ce._prefixes(ce._interpreter(True))).split(":")
+        if p
+    }
+    allowed = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "dev", "etc", "proc", "tmp"} | shown
+    program = (
+        "import os\n"
+        f"assert set(os.listdir('/')) <= {allowed!r}, os.listdir('/')\n"
+        "assert os.listdir('/tmp') == [os.path.basename(os.getcwd())], os.listdir('/tmp')\n"
+        "assert set(os.listdir('/etc')) <= {'passwd', 'group', 'hosts', 'ld.so.cache', 'localtime'}\n"
+        "assert set(os.listdir('/dev')) <= {'null', 'zero', 'full', 'random', 'urandom', 'fd', 'stdin', 'stdout', "
+        "'stderr', 'shm'}\n"
+        "assert os.listdir('.') == ['program.py']\n"
+        # Nothing is stacked over the root (the host's root, left there by pivot_root, shows at '/tmp/..').
+        "assert sorted(os.listdir('/tmp/..')) == sorted(os.listdir('/'))\n"
+        "points = [line.split()[4] for line in open('/proc/self/mountinfo')]\n"
+        "assert points.count('/') == 1 and not any(p.startswith(('/sys', '/run', '/mnt')) for p in points), points\n"
+        "open('/dev/null', 'w').write('x')\n"
+        "import sys, json\n"  # the standard library works
+        f"for path in {[str(readable), str(REPO_ROOT / 'pyproject.toml'), '/run', '/home', '/var', '/etc/shadow']!r}:\n"
+        "    assert not os.path.exists(path), path\n"
+    )
+    result = run(program)
+    assert result.passed, result.reason
+
+
+def test_a_unix_socket_of_the_host_cannot_be_reached(clean_host) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="distmatch-test-sock-"))
+    folder.chmod(0o777)
+    path = folder / "listener.sock"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(path))
+            path.chmod(0o777)
+            server.listen(1)
+            server.settimeout(0.5)
+            program = (
+                f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(path)!r})\n"
+                "s.sendall(b'hello from sandbox')\n"
+            )
+            result = run(program)
+            with pytest.raises(TimeoutError):
+                server.accept()  # nothing ever connected
+        assert not result.passed and "No such file or directory" in result.reason, result
+    finally:
+        shutil.rmtree(folder)
+
+
+def _readable_by_others(path: Path) -> bool:
+    return bool(path.stat().st_mode & 0o004) and all(p.stat().st_mode & 0o001 for p in path.parents)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.path.exists("/usr/bin/python3"),
+    reason="needs root, setpriv and /usr/bin/python3 to start the harness as another user",
+)
+def test_started_as_another_user_the_sandbox_uses_a_user_namespace() -> None:
+    """The path the other tests (run as root) do not take: `unshare --map-root-user`, the same verdict and root."""
+    if not _readable_by_others(REPO_ROOT / "eval_tasks" / "code_execution.py"):
+        pytest.skip("the checkout is not readable by nobody")
+    harness = (
+        "from eval_tasks import code_execution as ce\n"
+        'ok = ce.execute(\'import os\\nassert os.getuid() == 0 and sorted(os.listdir("/tmp")) == '
+        "[os.path.basename(os.getcwd())]\\n', 5, allow=True)\n"
+        "early = ce.execute('import sys\\nsys.exit(0)\\nassert False\\n', 5, allow=True)\n"
+        "print(ok.passed, early.passed, ok.reason)\n"
+    )
+    command = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "/usr/bin/python3",
+        "-c",
+        harness,
+    ]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd="/", timeout=60, check=False)
+    if "SandboxUnavailable" in proc.stderr:
+        pytest.skip(f"no unprivileged user namespaces here: {proc.stderr[-300:]}")
+    assert proc.returncode == 0 and proc.stdout.split()[:2] == ["True", "False"], (proc.stdout, proc.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bounded resources on the host.
+
+
+def test_the_scratch_space_as_a_whole_is_capped(clean_host) -> None:
+    limits = ce.SandboxLimits(file_size_mb=4, scratch_mb=8)
+    many = run("for i in range(4):\n    open(f'f{i}', 'wb').write(b'0' * (3 * 2**20))\n", limits=limits)
+    assert not many.passed and "No space left on device" in many.reason, many
+    shm = run("open('/dev/shm/x', 'wb').write(b'0' * (3 * 2**20))\nopen('y', 'wb').write(b'0' * (3 * 2**20))\n"
+              "open('/dev/shm/z', 'wb').write(b'0' * (3 * 2**20))\n", limits=limits)  # fmt: skip
+    assert not shm.passed and "No space left on device" in shm.reason, shm
+    files = run("for i in range(5000):\n    open(f'f{i}', 'w').close()\n", limits=limits)
+    assert not files.passed and "No space left on device" in files.reason, files
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Parallel sandboxes do not share a process budget.
+
+HOLD_PROCESSES = (
+    "import os, time\nchildren = []\nfor _ in range(2):\n    pid = os.fork()\n    if pid == 0:\n"
+    "        time.sleep(0.5)\n        os._exit(0)\n    children.append(pid)\n"
+    "assert all(os.waitpid(pid, 0)[1] == 0 for pid in children)\n"
+)
+
+
+def test_parallel_sandboxes_each_have_their_own_process_budget(clean_host) -> None:
+    limits = ce.SandboxLimits(
+        processes=3
+    )  # the program and its two children, in each of 12 sandboxes at once
+    results = ce.execute_many([HOLD_PROCESSES] * 12, 10.0, workers=12, limits=limits, allow=True)
+    assert [r.reason for r in results] == ["passed"] * 12
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Found by attacking it beyond the issue: memory no limit bounds, and new user namespaces, are refused (seccomp).
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "os.memfd_create('x')",  # its size is bounded by no rlimit and no tmpfs: the host's memory
+        "ctypes.CDLL(None, use_errno=True).shmget(0, 2**20, 0o1600)",  # SysV memory outlives its process
+        "ctypes.CDLL(None, use_errno=True).unshare(0x10000000)",  # CLONE_NEWUSER: capabilities in a new user ns
+        "ctypes.CDLL(None, use_errno=True).syscall(425, 8, 0)",  # io_uring_setup
+    ],
+)
+def test_system_calls_outside_the_limits_are_refused(clean_host, call) -> None:
+    program = (
+        "import ctypes, os\n"
+        f"try:\n    rc = {call}\nexcept PermissionError:\n    pass\n"
+        "else:\n    assert rc == -1 and ctypes.get_errno() == 1, (rc, ctypes.get_errno())\n"
+    )
+    result = run(program)
+    assert result.passed, result.reason
+
+
+def test_threads_processes_and_numpy_still_work(clean_host) -> None:
+    """glibc starts threads with clone3, refused with ENOSYS so that it falls back to clone."""
+    pytest.importorskip("numpy")
+    program = (
+        "import multiprocessing, os, subprocess, sys, threading\n"
+        "t = threading.Thread(target=print)\nt.start()\nt.join()\n"
+        "assert subprocess.run(['/bin/true']).returncode == 0\n"
+        "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nassert os.waitpid(pid, 0)[1] >> 8 == 7\n"
+        "with multiprocessing.Pool(2) as pool:\n    assert pool.map(abs, [-1, -2]) == [1, 2]\n"
+        "import numpy\nassert numpy.arange(4).sum() == 6\n"
+    )
+    result = run(program, timeout_s=10.0)
+    assert result.passed, result.reason
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad input: one line before any work.
+
+
+@pytest.mark.parametrize(
+    "timeout", [math.inf, 1e10, 10**10, ce.MAX_TIMEOUT_S + 1, math.nan, True, -1, 0, "3", None]
+)
+def test_a_timeout_out_of_range_is_refused_before_anything_runs(clean_host, timeout) -> None:
+    for call in (
+        lambda: ce.execute("pass", timeout, allow=True),
+        lambda: ce.execute_many(["pass"], timeout, allow=True),
+    ):
+        with pytest.raises(
+            DistMatchConfigError, match="timeout_s must be a positive number of seconds, at most 600"
+        ) as err:
+            call()
+        assert "\n" not in str(err.value)
+
+
+def test_the_longest_timeout_is_accepted(clean_host) -> None:
+    assert run("pass", timeout_s=ce.MAX_TIMEOUT_S).passed
+
+
+@pytest.mark.parametrize("field", ["memory_mb", "file_size_mb", "processes", "scratch_mb"])
+def test_bad_limits_are_refused(field) -> None:
+    for value in (0, -1, 1.5, True, "8"):
+        with pytest.raises(DistMatchConfigError, match=f"SandboxLimits: {field} must be a positive integer"):
+            ce.SandboxLimits(**{field: value})
+    with pytest.raises(DistMatchConfigError, match="execute_many: workers must be a positive integer, got 0"):
+        ce.execute_many(["pass"], 3.0, workers=0, allow=True)

@@ -120,6 +120,20 @@ def test_code_options_and_the_gem_protocol() -> None:
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("timeout", [10_000_000_000, 601, 1e10, 0, True])
+def test_a_code_timeout_the_sandbox_would_refuse_is_refused_by_the_options_check(timeout) -> None:
+    """Before any sample is generated (the pre-flight and the task class run this check), not when the first
+    program runs (``execute`` raised OverflowError for 1e10 after every sample was generated)."""
+    from eval_tasks.code_execution import MAX_TIMEOUT_S
+
+    with pytest.raises(
+        DistMatchConfigError,
+        match=rf"code_timeout={timeout!r} is invalid for the code tasks .*; expected an integer >= 1 and <= {MAX_TIMEOUT_S}",
+    ):
+        check_task_options({"code_timeout": timeout})
+    check_task_options({"code_timeout": MAX_TIMEOUT_S})
+
+
 def test_preflight_knows_the_code_tasks_options_and_data(tmp_path) -> None:
     from eval_tasks.lm_eval_tasks.preflight import check_options_apply, missing_data
 

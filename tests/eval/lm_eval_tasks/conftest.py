@@ -16,9 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -31,13 +29,18 @@ from tests.eval.lm_eval_tasks.helpers import (
     _model_args,
     _run,
 )
+from tests.helpers.cli import WheelVenv
 from tests.helpers.env import REPO_ROOT
 from tests.helpers.eval_fixtures import write_eval_data
+from tests.helpers.once import build_once
 
 
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("lm_eval_tasks")
+    return build_once(tmp_path_factory, "lm_eval_tasks", _write_workdir)
+
+
+def _write_workdir(root: Path) -> Path:
     write_eval_data(root / "data")
     for key, rows in SHORT_TEST_SPLITS.items():
         test_split = root / "data" / key / "test.jsonl"
@@ -67,9 +70,12 @@ def env(workdir: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def suite_run(workdir: Path, env: dict[str, str]) -> Path:
+def suite_run(tmp_path_factory: pytest.TempPathFactory, workdir: Path, env: dict[str, str]) -> Path:
     """`lm_eval run --include_path ... --tasks distmatch_nlu,distmatch_creative,distmatch_ifeval` (hook off)."""
-    out = workdir / "out_include_path"
+    return build_once(tmp_path_factory, "lm_eval_suite_run", lambda out: _suite_run(out, workdir, env))
+
+
+def _suite_run(out: Path, workdir: Path, env: dict[str, str]) -> Path:
     lm_eval = Path(sys.executable).parent / "lm_eval"
     cmd = [
         str(lm_eval),
@@ -103,33 +109,49 @@ def suite_run(workdir: Path, env: dict[str, str]) -> Path:
 
 
 @pytest.fixture(scope="session")
-def bos_model(workdir: Path) -> Path:
+def bos_model(tmp_path_factory: pytest.TempPathFactory, workdir: Path) -> Path:
     """The tiny Llama with a tokenizer that puts a BOS in front (as LLaMA's does): OpenICL's count is n + 1."""
+    return build_once(
+        tmp_path_factory, "lm_eval_bos_model", lambda folder: _bos_model(folder / "model", workdir)
+    )
+
+
+def _bos_model(target: Path, workdir: Path) -> Path:
     from tokenizers.processors import TemplateProcessing
     from transformers import AutoTokenizer
 
-    target = workdir / "model_bos"
-    if not target.exists():
-        shutil.copytree(workdir / "model", target)
-        tok = AutoTokenizer.from_pretrained(target)
-        tok._tokenizer.post_processor = TemplateProcessing(
-            single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)]
-        )
-        tok.save_pretrained(target)
+    shutil.copytree(workdir / "model", target)
+    tok = AutoTokenizer.from_pretrained(target)
+    tok._tokenizer.post_processor = TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)]
+    )
+    tok.save_pretrained(target)
     return target
 
 
 @pytest.fixture(scope="session")
-def emo_official_run(workdir: Path, env: dict[str, str], bos_model: Path) -> Path:
-    out = workdir / "out_emo_official"
+def emo_official_run(
+    tmp_path_factory: pytest.TempPathFactory, workdir: Path, env: dict[str, str], bos_model: Path
+) -> Path:
+    return build_once(
+        tmp_path_factory, "lm_eval_emo_official", lambda out: _emo_official_run(out, workdir, env, bos_model)
+    )
+
+
+def _emo_official_run(out: Path, workdir: Path, env: dict[str, str], bos_model: Path) -> Path:
     cmd = _lm_eval_cmd(bos_model, "distmatch_nlu", out, {"protocol": "emo_official"}, "--limit", str(LIMIT))
     _check(_run(cmd, dict(env, DISTMATCH_LM_EVAL_HOOK="0"), workdir))
     return out
 
 
 @pytest.fixture(scope="session")
-def gem_official_run(workdir: Path, env: dict[str, str]) -> Path:
-    out = workdir / "out_gem_official"
+def gem_official_run(tmp_path_factory: pytest.TempPathFactory, workdir: Path, env: dict[str, str]) -> Path:
+    return build_once(
+        tmp_path_factory, "lm_eval_gem_official", lambda out: _gem_official_run(out, workdir, env)
+    )
+
+
+def _gem_official_run(out: Path, workdir: Path, env: dict[str, str]) -> Path:
     metadata = {"protocol": "gem_official", "num_samples": 3}
     extra = ("--limit", "2", "--apply_chat_template", "--gen_kwargs", "max_gen_toks=10")
     cmd = _lm_eval_cmd(workdir / "model", "distmatch_creative", out, metadata, *extra)
@@ -137,78 +159,11 @@ def gem_official_run(workdir: Path, env: dict[str, str]) -> Path:
     return out
 
 
-def _source_files() -> list[str]:
-    out = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if out.returncode != 0:
-        pytest.skip("needs a git checkout to build the wheel")
-    return [f for f in out.stdout.splitlines() if (REPO_ROOT / f).is_file()]
-
-
 @pytest.fixture(scope="session")
-def wheel_python(workdir: Path) -> Path:
-    """A fresh venv with only the distmatch wheel installed; it sees this venv's packages through a `.pth`."""
-    src = workdir / "src"
-    for name in _source_files():
-        if name.startswith(("tests/", "benchmarks/", "examples/")):
-            continue
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO_ROOT / name, src / name)
-    dist = workdir / "dist"
-    _check(
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "--no-build-isolation",
-                "-q",
-                "-w",
-                str(dist),
-                str(src),
-            ],
-            dict(os.environ),
-            workdir,
-        )
-    )
-    (wheel,) = dist.glob("distmatch-*.whl")
-    venv = workdir / "wheel_venv"
-    _check(_run([sys.executable, "-m", "venv", "--without-pip", str(venv)], dict(os.environ), workdir))
-    python = venv / "bin" / "python"
-    purelib = Path(
-        _check(
-            _run(
-                [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                dict(os.environ),
-                workdir,
-            )
-        ).stdout.strip()
-    )
-    (purelib / "_distmatch_test_base.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _check(
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "--python",
-                str(python),
-                "install",
-                "-q",
-                "--no-deps",
-                "--no-index",
-                str(wheel),
-            ],
-            dict(os.environ),
-            workdir,
-        )
-    )
+def wheel_python(wheel_venv: WheelVenv) -> Path:
+    """The project's wheel (`--no-deps`) in a fresh venv that sees this venv's packages through a `.pth`: the
+    session's `wheel_venv` (tests/conftest.py), with the lm-eval files it must ship."""
+    purelib = wheel_venv.site_packages
     assert (purelib / "distmatch_hooks.lm_eval.pth").read_text() == "import distmatch_hooks.lm_eval\n"
     assert (purelib / "eval_tasks" / "lm_eval_tasks" / "_icl_template_yaml").is_file()
     assert (purelib / "eval_tasks" / "data" / "gem_poem_prompts.jsonl").is_file()
@@ -220,4 +175,4 @@ def wheel_python(workdir: Path) -> Path:
         / "distmatch"
         / "distmatch_nlu_topk_ppl.py"
     ).is_file()
-    return python
+    return wheel_venv.python

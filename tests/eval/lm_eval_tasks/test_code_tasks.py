@@ -11,9 +11,19 @@ from typing import Any
 
 import pytest
 
-from eval_tasks.code_execution import execute
+from distmatch.errors import DistMatchConfigError
+from eval_tasks.code_execution import MAX_TIMEOUT_S, execute
 from eval_tasks.code_tasks import completion_program, prompt_text
-from tests.eval.lm_eval_tasks.helpers import _check, _lm_eval_cmd, _results, _run, _samples, needs_lm_eval
+from tests.eval.lm_eval_tasks.helpers import (
+    _check,
+    _lm_eval_cmd,
+    _model_args,
+    _results,
+    _run,
+    _samples,
+    needs_lm_eval,
+)
+from tests.eval.test_code_execution import EARLY_EXITS, IN_CHECK
 from tests.helpers.env import REPO_ROOT
 
 pytestmark = [
@@ -118,3 +128,47 @@ def test_chat_prompt_puts_the_response_prefix_in_the_assistant_turn(
         [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
     )
     assert context == expected + prefix, json.dumps([context, expected + prefix])
+
+
+def test_completions_that_end_the_interpreter_early_score_zero(code_env: dict[str, str], monkeypatch) -> None:
+    """Through the task: every way of ending the interpreter before the checks end (sys.exit(0),
+    unittest.main(), os._exit(0), atexit, excepthook, signals, threads, forks, printed markers, SystemExit inside
+    the checks) is a failed sample, so pass@k of wrong completions that try them is 0; a correct one still counts."""
+    for key, value in code_env.items():
+        monkeypatch.setenv(key, value)
+    wrong = "    return 'wrong'\n\n"
+    completions = [wrong + tail for tail in EARLY_EXITS.values()] + list(IN_CHECK.values())
+    task = _task({"code_samples": len(completions), "code_workers": 2, "code_timeout": 5})
+    doc = next(iter(task.test_docs()))
+    scores = task.process_results(doc, [completions])
+    assert set(scores) == {"pass@1", "pass@10"} and set(scores.values()) == {0.0}, scores
+    good = task.process_results(doc, [[doc["canonical_solution"]] + completions[1:]])
+    assert good["pass@1"] == pytest.approx(100 / len(completions))
+
+
+def test_a_code_timeout_above_the_maximum_is_refused_when_the_task_is_built(
+    code_env: dict[str, str], monkeypatch
+) -> None:
+    """It used to be accepted, and `execute` raised OverflowError once every sample had been generated."""
+    for key, value in code_env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(DistMatchConfigError, match="code_timeout=10000000000 is invalid for the code tasks"):
+        _task({"code_timeout": 10_000_000_000})
+    assert _task({"code_timeout": MAX_TIMEOUT_S}).resolved["code_timeout"] == MAX_TIMEOUT_S
+
+
+@pytest.mark.slow
+def test_lm_eval_refuses_a_code_timeout_above_the_maximum_before_the_model_loads(
+    wheel_python: Path, workdir: Path, env: dict[str, str]
+) -> None:
+    """`lm_eval run --metadata '{"code_timeout": 10000000000}'`: one error line, exit status 2, before the model."""
+    cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
+    cmd += ["--tasks", "distmatch_humaneval", "--device", "cpu", "--confirm_run_unsafe_code"]
+    cmd += ["--metadata", json.dumps({"code_timeout": 10_000_000_000})]
+    proc = _run(cmd, dict(env, DISTMATCH_EVAL_DATA_DIR=str(FIXTURES)), workdir)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    expected = f"code_timeout=10000000000 is invalid for the code tasks (HumanEval, MBPP+); expected an integer >= 1 and <= {MAX_TIMEOUT_S}"
+    assert expected in line, line
+    assert "Initializing hf model" not in output  # before the model, so before any sample is generated

@@ -1,0 +1,60 @@
+"""Which tests start another program: the `launches` marker, kept honest.
+
+`make test-quick` runs only the tests that start no subprocess (no second interpreter, no training launch). Which
+tests those are is not guessed: every way a test can start a program from Python (`subprocess`, `multiprocessing`'s
+spawn / forkserver, `os.system`, `os.posix_spawn`) is watched while each test runs (its set-up, call and tear-down),
+and a test that starts one without carrying the `launches` marker fails with a message naming the marker. So the
+quick selection (`-m "not launches"`) can never silently run a launching test, and `make test` proves the markers.
+"""
+
+from __future__ import annotations
+
+import _posixsubprocess
+import os
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+MARKER = "launches"
+
+#: node id of the test whose set-up / call / tear-down is running (None between tests)
+_running: list[str] = []
+#: node ids of the tests that started a program, with the first command of each
+launched: dict[str, str] = {}
+
+
+def _note(what: Any) -> None:
+    if _running and _running[-1] not in launched:
+        launched[_running[-1]] = str(what)[:200]
+
+
+def _watch(function: Callable[..., Any], describe: Callable[..., Any]) -> Callable[..., Any]:
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        _note(describe(*args, **kwargs))
+        return function(*args, **kwargs)
+
+    watched.__wrapped__ = function  # type: ignore[attr-defined]
+    return watched
+
+
+def install() -> None:
+    """Wrap the process-starting calls once per interpreter (idempotent)."""
+    if getattr(subprocess.Popen._execute_child, "__wrapped__", None) is not None:
+        return
+    subprocess.Popen._execute_child = _watch(  # type: ignore[method-assign]
+        subprocess.Popen._execute_child, lambda self, args, *rest, **kw: args
+    )
+    # multiprocessing's spawn / forkserver start their interpreter through this (util.spawnv_passfds)
+    _posixsubprocess.fork_exec = _watch(_posixsubprocess.fork_exec, lambda args, *rest, **kw: args)
+    os.system = _watch(os.system, lambda command: command)
+    for name in ("posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            setattr(os, name, _watch(getattr(os, name), lambda path, argv, *rest, **kw: argv))
+
+
+def start(nodeid: str) -> None:
+    _running.append(nodeid)
+
+
+def stop() -> None:
+    _running.pop()

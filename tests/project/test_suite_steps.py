@@ -1,0 +1,239 @@
+"""`make test`'s machinery: the step runner's time table and budget warnings (tools/test_steps.py), the `launches`
+guard that keeps `make test-quick` free of subprocesses (tests/helpers/launches.py), and the build-once fixtures the
+pytest-xdist workers share (tests/helpers/once.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.env import REPO_ROOT
+
+pytestmark = pytest.mark.launches
+
+STEPS = REPO_ROOT / "tools" / "test_steps.py"
+
+
+def _steps(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "Makefile").write_text(
+        textwrap.dedent(
+            """\
+            fast:
+            \t@echo fast ran
+            slow:
+            \t@sleep 1.2; echo slow ran
+            broken:
+            \t@echo broken ran; exit 3
+            """
+        )
+    )
+    return subprocess.run(
+        [sys.executable, str(STEPS), *args], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_steps_table_and_budget_warning(tmp_path: Path) -> None:
+    done = _steps(tmp_path, "fast=30", "slow=1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert out.index("fast ran") < out.index("slow ran") < out.index("| step | wall time | budget | result |")
+    assert "| fast | 0:00 | 0:30 | passed |" in out
+    assert "| slow | 0:01 (over budget) | 0:01 | passed |" in out
+    warnings = [line for line in out.splitlines() if line.startswith("==> WARNING")]
+    assert warnings == ["==> WARNING: slow took 0:01, over its budget of 0:01"], out
+    assert out.rstrip().endswith("==> make test: lint and all test runs passed")
+
+
+def test_steps_every_step_runs_after_a_failure_and_the_run_fails(tmp_path: Path) -> None:
+    done = _steps(tmp_path, "broken=30", "fast=30")
+    assert done.returncode == 1
+    assert "broken ran" in done.stdout and "fast ran" in done.stdout
+    assert "| broken | 0:00 | 0:30 | FAILED |" in done.stdout
+    assert "==> make test FAILED: broken" in done.stdout
+
+
+def test_steps_a_failed_first_step_stops_the_run(tmp_path: Path) -> None:
+    done = _steps(tmp_path, "--first", "broken=30", "fast=30")
+    assert done.returncode == 1
+    assert "fast ran" not in done.stdout
+    assert "==> make test FAILED: broken" in done.stdout
+
+
+def test_steps_side_by_side(tmp_path: Path) -> None:
+    done = _steps(tmp_path, "slow+fast=30")
+    assert done.returncode == 0, done.stdout
+    assert "[slow] slow ran" in done.stdout and "[fast] fast ran" in done.stdout
+    assert "| slow+fast |" in done.stdout
+
+
+def test_steps_refuse_a_step_without_budget(tmp_path: Path) -> None:
+    done = _steps(tmp_path, "fast")
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "tools/test_steps.py: a step is TARGET=SECONDS (or A+B=SECONDS), not 'fast'"
+    ]
+
+
+def test_make_test_runs_every_step_with_a_budget() -> None:
+    """`make test` is the step runner over the venv builds, lint, the release check and the five venvs' tests."""
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "test"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (runner,) = [line for line in done.stdout.splitlines() if "tools/test_steps.py" in line]
+    steps = runner.split("tools/test_steps.py", 1)[1].split()
+    assert steps[0] == "--first" and steps[1].startswith("venvs=")
+    names = [step.split("=")[0] for step in steps[2:]]
+    expected = [
+        "lint",
+        "dist",
+        "test-core",
+        "test-axolotl",
+        "test-axolotl-latest",
+        "test-opencompass",
+        "test-swift",
+    ]
+    assert sorted(part for name in names for part in name.split("+")) == sorted(expected)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The `launches` marker: a test that starts a program without it fails; `make test-quick` leaves marked tests out
+
+GUARDED = """\
+import subprocess, sys
+import pytest
+
+def test_quiet():
+    assert 1 + 1 == 2
+
+def test_starts_python_unmarked():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+@pytest.mark.launches
+def test_starts_python_marked():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+def test_spawns_unmarked():
+    import multiprocessing
+    process = multiprocessing.get_context("spawn").Process(target=print)
+    process.start()
+    process.join()
+
+def test_os_system_unmarked():
+    import os
+    assert os.system("true") == 0
+"""
+
+
+def _inner_pytest(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """A pytest run of scratch test files with the project's settings and tests/conftest.py as a plugin."""
+    return subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pyproject.toml"), "--rootdir", str(folder),
+            "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", str(folder), *args,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def guarded_tests(tmp_path: Path) -> Path:
+    (tmp_path / "test_guarded.py").write_text(GUARDED)
+    return tmp_path
+
+
+def test_a_test_that_launches_without_the_marker_fails(guarded_tests: Path) -> None:
+    done = _inner_pytest(guarded_tests, "-p", "no:xdist")
+    out = done.stdout
+    assert done.returncode == 1, out
+    assert "5 passed, 3 errors" in out, out
+    for name in ("test_starts_python_unmarked", "test_spawns_unmarked", "test_os_system_unmarked"):
+        assert f"test_guarded.py::{name} started a program" in out, (name, out)
+        assert "without the `launches` marker" in out
+    assert "test_starts_python_marked started a program" not in out
+    assert "test_quiet started a program" not in out
+
+
+def test_recording_lists_the_launching_tests_instead(guarded_tests: Path, tmp_path_factory) -> None:
+    record = tmp_path_factory.mktemp("record") / "launches"
+    done = _inner_pytest(guarded_tests, "-p", "no:xdist", DISTMATCH_RECORD_LAUNCHES=str(record))
+    assert done.returncode == 0, done.stdout
+    lines = Path(f"{record}.main").read_text().splitlines()
+    names = sorted(line.split("\t")[0].rsplit("::", 1)[1] for line in lines)
+    assert names == [
+        "test_os_system_unmarked", "test_spawns_unmarked", "test_starts_python_marked", "test_starts_python_unmarked"
+    ]  # fmt: skip
+
+
+def test_quick_selection_leaves_the_marked_tests_out(guarded_tests: Path) -> None:
+    done = _inner_pytest(guarded_tests, "-p", "no:xdist", "-m", "not launches", "-k", "quiet or starts_python_marked")
+    assert done.returncode == 0, done.stdout
+    assert "1 passed, 4 deselected" in done.stdout, done.stdout
+
+
+def test_make_test_quick_selects_no_launching_test() -> None:
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "test-quick"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if "-m pytest" in line]
+    assert "not launches" in line and "not multiprocess" in line and ".venv/bin/python" in line
+
+
+# ---------------------------------------------------------------------------------------------------------
+# build_once: one build per run, shared by the xdist workers; a failed build leaves nothing behind
+
+ONCE = """\
+import os
+from pathlib import Path
+import pytest
+from tests.helpers.once import build_once
+
+def _build(folder: Path) -> str:
+    log = Path(os.environ["ONCE_LOG"])
+    with log.open("a") as f:
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+    (folder / "made").write_text("x")
+    return str(folder)
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    return build_once(tmp_path_factory, "thing", _build)
+
+@pytest.mark.parametrize("i", range(6))
+def test_uses(built, i):
+    assert (Path(built) / "made").read_text() == "x"
+"""
+
+
+@pytest.mark.parametrize(
+    "workers", [["-n", "2", "--dist", "load"], ["-p", "no:xdist"]], ids=["xdist", "plain"]
+)
+def test_build_once_builds_once_for_all_workers(tmp_path: Path, workers: list[str]) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_once.py").write_text(ONCE)
+    log = tmp_path / "log"
+    done = _inner_pytest(tests, *workers, ONCE_LOG=str(log))
+    assert done.returncode == 0, done.stdout
+    assert "6 passed" in done.stdout
+    built_by = log.read_text().splitlines()
+    assert len(built_by) == 1, built_by
+    assert built_by[0].startswith("gw" if "-n" in workers else "main")
