@@ -1,6 +1,7 @@
 # distmatch: set-up, tests, demo.  A newcomer needs two commands: `make demo` and `make test`.
 # Both create the virtual environments they need themselves (idempotent: stamp files, redone when
-# pyproject.toml or the torch spec changes).
+# pyproject.toml or the hooks' installer is newer than the stamp - make compares timestamps - or the torch
+# spec changes).
 #
 #   .venv              core + eval + demo + dev stack (TRL, transformers, lm-eval, ruff, pytest)
 #   .venv-axolotl      axolotl 0.19.0 with its hard pins (transformers 5.16.1, trl 1.9.0, ...)
@@ -88,7 +89,6 @@ AND_MULTIPROCESS := and not multiprocess
 else
 AND_MULTIPROCESS :=
 endif
-LOSS_TESTS := tests/losses
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env and not swift_env
 
 .PHONY: help demo test test-quick venvs dist mutants lint format generate clean-venvs clean test-core test-axolotl test-opencompass \
@@ -274,11 +274,10 @@ test-quick: $(CORE_STAMP)
 test-core: $(CORE_STAMP)
 	$(call pytest_run,$(VENV),$(NOT_ENV_MARKED))
 
-# The Axolotl-specific tests, the TRL trainer and CLI tests, plus the loss library, on the TRL 1.9 / transformers 5.16
-# stack.
+# The Axolotl-specific tests, the TRL trainer and CLI tests, plus the loss library (tests/losses/, with the Triton
+# kernels' CPU interpreter tests: Triton is installed here), on the TRL 1.9 / transformers 5.16 stack; one pytest run.
 test-axolotl: $(AXO_STAMP)
-	$(call pytest_run,$(VENV_AXOLOTL),(axolotl_env or trl_trainer or trl_cli))
-	$(call pytest_run,$(VENV_AXOLOTL),not opencompass_env,$(LOSS_TESTS))
+	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or trl_cli or loss_library)
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)

@@ -22,12 +22,13 @@ def is_available(module: str) -> bool:
         return False
 
 
-def require(module: str, *, extra: str, feature: str) -> ModuleType:
+def require(module: str, *, extra: str | None, feature: str) -> ModuleType:
     """Import and return ``module``; if that fails, raise an ``ImportError`` saying how to install it.
 
     Args:
         module: dotted module name, e.g. ``"axolotl"`` or ``"lm_eval"``.
-        extra: the ``distmatch`` extra that provides it, e.g. ``"axolotl"``.
+        extra: the ``distmatch`` extra that provides it, e.g. ``"axolotl"``; None for a dependency of distmatch
+            itself (torch, transformers, trl, accelerate, datasets: missing after ``pip install --no-deps``).
         feature: what needs it, as the start of a sentence, e.g. ``"The distmatch Axolotl plugin"``.
 
     Raises:
@@ -40,6 +41,9 @@ def require(module: str, *, extra: str, feature: str) -> ModuleType:
             err.name is None or module == err.name or module.startswith(err.name + ".")
         )
         problem = "which is not installed" if missing else f"which is installed but failed to import ({err})"
-        raise ImportError(
-            f"{feature} needs {module}, {problem}. Install it with: pip install 'distmatch[{extra}]'"
-        ) from err
+        if extra is None:
+            package = module.split(".")[0]
+            how = f"It is a dependency of distmatch itself (installed without --no-deps), or: pip install {package}"
+        else:
+            how = f"Install it with: pip install 'distmatch[{extra}]'"
+        raise ImportError(f"{feature} needs {module}, {problem}. {how}") from err

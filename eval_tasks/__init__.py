@@ -1,7 +1,7 @@
 """Evaluation for distmatch models: lm-eval task YAMLs, OpenCompass configs and diversity metrics.
 
 lm-eval and OpenCompass are optional (extras ``eval`` and ``opencompass``); import them through
-:func:`require_lm_eval` / ``trl_ext._optional.require`` so a missing one names the extra to install.
+:func:`require_lm_eval` / :func:`distmatch.optional.require` so a missing one names the extra to install.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def _read_list(path: str | Path, what: str) -> list[Any]:
     if not file.is_file():
         raise InputError(f"{what} {file}: no such file.")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(samples.read_text(file))
     except json.JSONDecodeError:
         data = samples.read_jsonl(file)
     if not isinstance(data, list):

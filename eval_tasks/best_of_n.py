@@ -13,11 +13,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from distmatch.errors import DistMatchConfigError
+from distmatch.optional import require
 from eval_tasks.math_answers import (
     canonical_math_answer,
     extract_gsm8k_answer,
@@ -37,6 +40,8 @@ __all__ = [
     "MATH_SUBJECTS",
     "RewardScorer",
     "alpacaeval_documents",
+    "check_reward_architecture",
+    "check_reward_model_folder",
     "ks_for",
     "math_documents",
     "math_question_scores",
@@ -176,25 +181,53 @@ class RewardScorer:
     """
 
     def __init__(
-        self, model: str, *, batch_size: int = 8, device: str | None = None, dtype: str = "auto"
+        self,
+        model: str,
+        *,
+        batch_size: int = 8,
+        device: str | None = None,
+        dtype: str = "auto",
+        setting: str | None = None,
     ) -> None:
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        """`setting`: how refusals name the model (default ``reward_model='<model>'``, the task option)."""
+        torch = require("torch", extra="eval", feature="Reward-model scoring")
+        require("transformers", extra="eval", feature="Reward-model scoring")
+        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
         self.batch_size = batch_size
+        setting = setting or f"reward_model={model!r}"
         try:
+            config = AutoConfig.from_pretrained(model)
+            check_reward_architecture(setting, getattr(config, "architectures", None))
             self.tokenizer = AutoTokenizer.from_pretrained(model)
             kwargs: dict[str, Any] = {}
             if dtype != "auto":
                 kwargs["dtype"] = getattr(torch, dtype)
-            self.model = AutoModelForSequenceClassification.from_pretrained(model, **kwargs)
+            # Its report of missing weights would repeat the one-line refusal below.
+            verbosity = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()
+            try:
+                self.model, info = AutoModelForSequenceClassification.from_pretrained(
+                    model, output_loading_info=True, **kwargs
+                )
+            finally:
+                hf_logging.set_verbosity(verbosity)
         except OSError as err:
             raise DistMatchConfigError(
-                f"reward_model={model!r} cannot be loaded (a Hub id of a sequence-classification model, or a "
+                f"{setting} cannot be loaded (a Hub id of a sequence-classification model, or a "
                 f"local folder): {' '.join(str(err).split())[:300]}"
             ) from None
+        missing = sorted(info.get("missing_keys") or ())
+        if missing:
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise DistMatchConfigError(
+                f"{setting}: its checkpoint has no weights for {', '.join(missing[:3])}{more}, which "
+                "would be initialised at random and score at random; give a reward model whose score head was "
+                "trained and saved with it."
+            )
         if self.model.config.num_labels < 1:
-            raise DistMatchConfigError(f"reward_model={model!r} has no score head (num_labels 0).")
+            raise DistMatchConfigError(f"{setting} has no score head (num_labels 0).")
         self.tokenizer.padding_side = "right"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -227,6 +260,32 @@ class RewardScorer:
                 logits = self.model(**batch).logits
             out.extend(float(v) for v in logits[:, 0].float().cpu())
         return out
+
+
+def check_reward_model_folder(model: str) -> None:
+    """:func:`check_reward_architecture` from a local folder's ``config.json`` alone (nothing for a Hub id): the
+    lm-eval pre-flight runs it before the evaluated model loads and generates."""
+    config = Path(model).expanduser() / "config.json"
+    if not config.is_file():
+        return
+    try:
+        architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures")
+    except (ValueError, AttributeError):
+        return  # transformers says what is wrong with it when the scorer loads it
+    check_reward_architecture(f"reward_model={model!r}", architectures)
+
+
+def check_reward_architecture(setting: str, architectures: Any) -> None:
+    """Refuse a checkpoint that config.json says is another kind of model (a causal LM): its score head would be
+    random. Checked before any weight is read; one without ``architectures`` is checked by its loaded weights.
+    `setting` names the model as the user gave it (``reward_model='...'``, ``--reward-model ...``)."""
+    kinds = [str(a) for a in (architectures or [])] if isinstance(architectures, list) else []
+    if kinds and not any(a.endswith("ForSequenceClassification") for a in kinds):
+        raise DistMatchConfigError(
+            f"{setting} is a {', '.join(kinds)} checkpoint (config.json 'architectures'), not a "
+            "sequence-classification reward model: it has no trained score head, so every reward would come from a "
+            "randomly initialised one. Give a reward model (e.g. sfairXC/FsfairX-LLaMA3-RM-v0.1, GEM's)."
+        )
 
 
 def rows_by_prompt(records: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:

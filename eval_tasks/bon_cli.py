@@ -32,17 +32,24 @@ __all__ = ["add_commands", "cmd_reward", "cmd_voting", "read_sampled", "voting_c
 def read_sampled(path: str) -> list[dict[str, Any]]:
     """Records ``{"prompt", "samples", "gold", "reference"}`` of an lm-eval samples file or a generate JSONL."""
     out = []
-    for i, record in enumerate(S.read_jsonl(path)):
+    records = S.read_jsonl(path)
+    S.check_unique_ids(
+        records, path, "doc_id" if any("doc_id" in r for r in records if isinstance(r, dict)) else "id"
+    )
+    for i, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise InputError(f"{path}: record {i} is a {type(record).__name__}, expected an object.")
         doc = record.get("doc") if isinstance(record.get("doc"), Mapping) else record
         if "filtered_resps" in record:
-            responses = record["filtered_resps"][0]
+            filtered = record["filtered_resps"]  # lm-eval: [[the n responses]]
+            responses = filtered[0] if isinstance(filtered, list) and filtered else None
         elif "samples" in record:
             responses = record["samples"]
         else:
             raise InputError(
                 f"{path}: record {i} has neither filtered_resps (lm-eval) nor samples (generate)."
             )
-        if isinstance(responses, str) or not responses:
+        if not isinstance(responses, list) or not responses:
             raise InputError(f"{path}: record {i} holds no list of sampled responses.")
         out.append(
             {
@@ -72,6 +79,21 @@ def _gold(record: Mapping[str, Any], task: str, where: str) -> str:
     raise InputError(f"{where}: no gold answer: give each record a gold or {need} field.")
 
 
+def _gsm8k_gold(gold: str, where: str) -> int | None:
+    """A GSM8K gold answer as an integer ("1,200" and "18.0" read as the extractor reads answers)."""
+    from eval_tasks.math_answers import extract_gsm8k_answer
+
+    if gold == "None":  # the dataset row's answer has no number
+        return None
+    try:
+        return int(gold)
+    except ValueError:
+        value = extract_gsm8k_answer(f"The answer is {gold}")
+    if value is None:
+        raise InputError(f"{where}: gold {gold!r} is not a number (GSM8K answers are integers).")
+    return value
+
+
 def _same_count(records: Sequence[Mapping[str, Any]], path: str) -> int:
     counts = {len(r["samples"]) for r in records}
     if len(counts) != 1:
@@ -97,7 +119,7 @@ def voting_curve(
     golds = [_gold(r, task, f"{where}: record {i}") for i, r in enumerate(records)]
     if task == "gsm8k":
         answers = [[extract_gsm8k_answer(s) for s in r["samples"]] for r in records]
-        gold_values: list[Any] = [None if g == "None" else int(g) for g in golds]
+        gold_values: list[Any] = [_gsm8k_gold(g, f"{where}: record {i}") for i, g in enumerate(golds)]
         return voting_accuracies(answers, gold_values, ks=range(1, n + 1))
     answers = [[canonical_math_answer(extract_math_answer(s)) for s in r["samples"]] for r in records]
     return voting_accuracies(
@@ -141,7 +163,12 @@ def cmd_reward(args: argparse.Namespace) -> int:
             r["reference"] = ref["output"]
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}.")
-    scorer = RewardScorer(args.reward_model, batch_size=args.batch_size, device=args.device)
+    scorer = RewardScorer(
+        args.reward_model,
+        batch_size=args.batch_size,
+        device=args.device,
+        setting=f"--reward-model {args.reward_model}",
+    )
     rewards, refs, rows = [], [], []
     for r in records:
         texts = list(r["samples"]) + ([str(r["reference"])] if r["reference"] is not None else [])

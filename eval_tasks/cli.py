@@ -12,9 +12,10 @@ Subcommands (``distmatch-eval <cmd> --help`` for every flag):
   report with the papers' published numbers side by side, plus PNG plots.
 
 Errors in the input (a prompt with fewer than 2 samples, empty samples, unknown models, missing optional
-dependencies, unreadable files, an existing ``generate -o`` file without ``--overwrite``, ``--resume`` into a file
-made with other settings, ``diversity`` on a file whose records were made with different settings) end the command
-with exit status 2 and a one-line message; set ``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
+dependencies, unreadable files, files that are not UTF-8, a cut-off last line, an existing ``generate -o`` file
+without ``--overwrite``, ``--resume`` into a file made with other settings, ``diversity`` on a file whose records were
+made with different settings or that holds a prompt twice) end the command with exit status 2 and a one-line
+message; set ``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
 
 Each command only maps its flags onto the library: :mod:`eval_tasks.samples` (files), :mod:`eval_tasks.generation`
 (sampling), :mod:`eval_tasks.results` (the result files, from :mod:`eval_tasks.metrics`) and :mod:`eval_tasks.report`.
@@ -45,6 +46,7 @@ __all__ = ["build_parser", "main"]
 def _progress(iterable: Iterable[Any], enabled: bool, **kwargs: Any) -> Iterable[Any]:
     if not enabled:
         return iterable
+    require("tqdm", extra="eval", feature="The progress bar (--no-progress: none)")
     from tqdm.auto import tqdm
 
     return tqdm(iterable, file=sys.stderr, **kwargs)
@@ -63,6 +65,21 @@ def _check_output_file(out: Path, *, resume: bool, overwrite: bool) -> None:
         )
 
 
+def _check_limit(limit: int | None) -> None:
+    """--limit N: the first N records; 0 or a negative N (which slicing would read as "all but the last") refused."""
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit {limit}: must be >= 1 (the first N records); leave it out for all.")
+
+
+def _ends_with_line_end(path: Path) -> bool:
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     sampling = G.Sampling(
         num_samples=args.num_samples,
@@ -76,6 +93,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling.check()
     if args.batch_size < 1:
         raise InputError("--max-new-tokens and --batch-size must be >= 1.")
+    _check_limit(args.limit)
     if args.temperature == 0 and args.num_samples > 1:
         print(
             f"distmatch-eval generate: --temperature 0 is greedy; the {args.num_samples} samples per prompt will be "
@@ -118,6 +136,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
     with out.open("a" if done else "w", encoding="utf-8") as f:
+        if done and not _ends_with_line_end(out):
+            f.write("\n")  # its last record has no line end: the next must not join it
         engine = G.vllm_engine(args.model, sampling, args.dtype) if backend == "vllm" else None
         batches = G.generate_batches(
             encoded,
@@ -150,7 +170,10 @@ def cmd_diversity(args: argparse.Namespace) -> int:
             raise InputError(
                 f"{args.samples}: record #{i} has no 'samples' list (expected the output of distmatch-eval generate)."
             )
+    samples.check_unique_ids(records, args.samples)  # a prompt twice would count twice
     samples.check_same_settings(records, args.samples)  # one result records one generation setting
+    if args.n_max < 1 or args.batch_size < 1:
+        raise InputError(f"need --n-max >= 1 and --batch-size >= 1, got {args.n_max} and {args.batch_size}.")
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     bad = [m for m in metrics if m not in (*M.METRICS, M.MAUVE)]
     if bad or not metrics:
@@ -206,6 +229,13 @@ def cmd_diversity(args: argparse.Namespace) -> int:
                 seed=args.seed,
             )
         )
+    blank = result.get("settings", {}).get("all_empty_prompts")
+    if blank:
+        print(
+            f"distmatch-eval diversity: {blank} prompt(s) with only empty samples scored 0 on every metric "
+            "(--allow-empty; per_prompt marks them all_empty).",
+            file=sys.stderr,
+        )
     out = Path(args.output) if args.output else Path(str(args.samples)).with_suffix(".diversity.json")
     samples.write_json(out, result)
     shown = ", ".join(f"{k}={v:.2f}" for k, v in result["metrics"].items() if isinstance(v, float))
@@ -216,6 +246,7 @@ def cmd_diversity(args: argparse.Namespace) -> int:
 def cmd_nexttoken(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or args.max_length < 2 or args.top_k < 1:
         raise InputError("need --batch-size >= 1, --max-length >= 2 and --top-k >= 1.")
+    _check_limit(args.limit)
     model, tokenizer, _ = G.load_checkpoint(args.model, args.device, args.dtype)
     records = samples.read_jsonl(args.data)[: args.limit] if args.data else None
     if args.probes == "none":

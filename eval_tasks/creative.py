@@ -12,7 +12,6 @@ single-reference quirk). Pure Python; shared by the lm-eval tasks and the OpenCo
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -46,22 +45,20 @@ def creative_documents(kind: str, prompts_file: str | os.PathLike | None = None)
     path = Path(prompts_file).expanduser() if prompts_file else PACKAGE_DATA / CREATIVE_TASKS[kind]["file"]
     if not path.is_file():
         raise FileNotFoundError(f"Prompt file {path} for the {kind} diversity task does not exist.")
+    from eval_tasks.samples import read_jsonl
+
     docs = []
-    with path.open(encoding="utf-8") as stream:
-        for line_no, line in enumerate(stream, 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            if not isinstance(row.get("prompt"), str):
-                raise ValueError(f"{path}:{line_no}: each line needs a string field 'prompt'.")
-            match = _TITLE.search(row["prompt"])
-            docs.append(
-                {
-                    "id": int(row.get("id", len(docs))),
-                    "prompt": row["prompt"],
-                    "title": match.group(1) if match else "",
-                }
-            )
+    for i, row in enumerate(read_jsonl(path)):  # not UTF-8 / not JSON: refused naming the line
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise ValueError(f"{path}: record #{i}: each line needs a string field 'prompt'.")
+        match = _TITLE.search(row["prompt"])
+        docs.append(
+            {
+                "id": int(row.get("id", len(docs))),
+                "prompt": row["prompt"],
+                "title": match.group(1) if match else "",
+            }
+        )
     return docs
 
 
@@ -70,12 +67,17 @@ def diversity_scores(
 ) -> dict[str, float]:
     """The three diversity metrics of one prompt's samples.
 
-    Empty responses are scored as they are; a metric that is undefined for the samples (no sample has a single
-    token) counts as 0 (no diversity) with a warning, so one degenerate prompt cannot abort a whole run.
+    Empty responses are scored as they are; a prompt whose responses are all empty scores 0 on every metric (no
+    diversity; Self-BLEU would call K empty strings maximally diverse), and a metric that is undefined for the
+    samples (no sample has a single token) counts as 0 with a warning, so one degenerate prompt cannot abort a run.
     """
     from eval_tasks.metrics import DiversityInputError, ngram_diversity, sbert_diversity, self_bleu_diversity
+    from eval_tasks.metrics.inputs import no_text
 
     samples = [str(s) for s in samples]
+    if no_text(samples):
+        log.warning("all %d samples are empty; every diversity metric scored 0.", len(samples))
+        return dict.fromkeys(DIVERSITY_METRICS, 0.0)
 
     def safe(name: str, fn: Callable[[], float]) -> float:
         try:

@@ -7,6 +7,7 @@ one) and samples-file records, and draws with its own machine-independent sample
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,7 +39,7 @@ GEM_GENERATION = {
     "top_p": 0.9,
     "max_new_tokens": 512,
 }
-_FEATURE = "distmatch-eval generate"
+_FEATURE = "distmatch-eval (loading a checkpoint)"
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ class Sampling:
                 f"--min-new-tokens {self.min_new_tokens}: must be >= 0 and <= --max-new-tokens "
                 f"({self.max_new_tokens})."
             )
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise InputError("need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0 (0 = off).")
+        if not 0 <= self.temperature < math.inf or not 0 < self.top_p <= 1 or self.top_k < 0:  # NaN fails too
+            raise InputError("need a finite --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0 (0 = off).")
 
 
 @dataclass(frozen=True)

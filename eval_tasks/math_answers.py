@@ -6,7 +6,8 @@ Hendrycks MATH normalisation), not copied from them.
 
 * :func:`extract_gsm8k_answer` - the text after the last "The answer is" (either case of "the"), its first number
   (``[-+]?\\d*[.,/]?\\d+``: one separator at most, so "1,234,567" reads as 1234), a fraction evaluated, commas
-  dropped, rounded to an int (Python's ``round``: halves to even); None when there is no answer. The gold answer is
+  dropped, rounded to an int (Python's ``round``: halves to even); None when there is no answer, or when reading
+  it raises (a number beyond float range, a zero denominator "00"), as GEM's voting script does. The gold answer is
   the dataset's ``answer`` with "####" replaced by "The answer is:", read by the same function.
 * :func:`extract_math_answer` - MetaMath's MATH reading: the text after the last "The answer is: ", up to the first
   ".\\n", stripped, one trailing "." removed; None when the phrase is absent.
@@ -67,18 +68,20 @@ def extract_gsm8k_answer(completion: str) -> int | None:
     if match is None:
         return None
     found = match.group()
-    if "/" in found:
-        numerator, denominator = found.split("/")
-        if not (_is_number(numerator) and _is_number(denominator)):
-            return None
-        if denominator == "0":
-            return round(float(numerator.replace(",", "")))
-        value = Fraction(found.replace(",", ""))
-        return round(float(value.numerator / value.denominator))
-    number = float(found.replace(",", ""))
-    if number == float("inf"):
+    try:
+        if "/" in found:
+            numerator, denominator = found.split("/")
+            if not (_is_number(numerator) and _is_number(denominator)):
+                return None
+            if denominator == "0":
+                return round(float(numerator.replace(",", "")))
+            value = Fraction(found.replace(",", ""))
+            return round(float(value.numerator / value.denominator))
+        return round(float(found.replace(",", "")))
+    except (OverflowError, ZeroDivisionError, ValueError):
+        # Beyond float range (round(inf), a quotient too large), "/00", a fraction of more than 4,300 digits: the
+        # script's voting loop records no answer for such a sample, the evaluation goes on.
         return None
-    return round(number)
 
 
 def gsm8k_gold_answer(answer: str) -> int | None:

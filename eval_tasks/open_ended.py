@@ -14,6 +14,7 @@ have no Hub id (MixCE's split files), the others are read from their Hub copies 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval_tasks.samples import InputError
+from eval_tasks.samples import InputError, read_jsonl, read_text
 
 __all__ = [
     "CORPORA",
@@ -164,15 +165,14 @@ def prompt_records(examples: Iterable[Example], spec: Corpus) -> list[dict[str, 
 
 def _read_lines(path: Path) -> list[str]:
     # the original releases (wiki.test.raw, ptb.test.txt, MixCE .txt): one row per line, line end removed
-    with path.open(encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    return [line.rstrip("\n") for line in io.StringIO(read_text(path), newline=None)]
 
 
 def _read_json_rows(path: Path, column: str) -> list[Any]:
     if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = read_jsonl(path)
     else:
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        rows = json.loads(read_text(path))
         if isinstance(rows, dict):
             rows = rows.get("data", rows.get("rows"))
     if not isinstance(rows, list):

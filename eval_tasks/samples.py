@@ -23,11 +23,13 @@ __all__ = [
     "InputError",
     "check_resume",
     "check_same_settings",
+    "check_unique_ids",
     "detect_benchmark",
     "prompt_text",
     "read_jsonl",
     "read_prompts",
     "read_references",
+    "read_text",
     "write_json",
     "write_jsonl",
 ]
@@ -37,12 +39,32 @@ class InputError(ValueError):
     """Bad input to an evaluation command (a missing or malformed file, a bad flag value): one line, exit status 2."""
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> list[Any]:
-    """Records of a JSONL file (a ``.json`` file holding a list also works); errors name the line."""
+def read_text(path: str | os.PathLike[str]) -> str:
+    """The text of a UTF-8 file; a file that is not UTF-8 is refused naming the file, line and column."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file.")
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")  # a leading byte-order mark (Windows editors) is dropped
+    except UnicodeDecodeError as err:
+        body = err.object  # without the byte-order mark
+        line_start = body.rfind(b"\n", 0, err.start) + 1
+        line = body.count(b"\n", 0, err.start) + 1
+        raise InputError(
+            f"{path}:{line}: not UTF-8 (byte 0x{body[err.start]:02x} at column {err.start - line_start + 1}); "
+            "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE > NEW) and give that."
+        ) from None
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[Any]:
+    """Records of a JSONL file (a ``.json`` file holding a list also works); errors name the line.
+
+    Lines end at ``\n`` only (a record may hold U+2028 and the like unescaped, as ``write_jsonl`` writes them).
+    A last line that is not JSON and has no line end is reported as cut off (an interrupted ``generate``), with
+    how to continue."""
+    path = Path(path)
+    text = read_text(path)
     if path.suffix == ".json":
         try:
             data = json.loads(text)
@@ -52,14 +74,37 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[Any]:
             raise InputError(f"{path}: a .json input must hold a list of records.")
         return data
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as err:
+            if number == len(lines):  # no line end after it: cut off while being written
+                keep = len("\n".join(lines[:-1]).encode("utf-8")) + (1 if len(lines) > 1 else 0)
+                raise InputError(
+                    f"{path}:{number}: the last line is cut off (not JSON, no line end). If an interrupted "
+                    f"`distmatch-eval generate` wrote it: remove it (truncate -s {keep} {path}), then run the same "
+                    "generate command with --resume, which generates its prompt again; else fix the line."
+                ) from err
             raise InputError(f"{path}:{number}: not valid JSON ({err.msg}).") from err
     return records
+
+
+def check_unique_ids(records: Sequence[Any], path: str | os.PathLike[str], key: str = "id") -> None:
+    """Refuse a file in which two records have the same `key` (compared as text): each prompt would count twice."""
+    seen: dict[str, int] = {}
+    for i, record in enumerate(records):
+        if not isinstance(record, dict) or key not in record:
+            continue
+        first = seen.setdefault(str(record[key]), i)
+        if first != i:
+            raise InputError(
+                f"{path}: records #{first} and #{i} have the same {key} {_shown(record[key])}: the file holds a "
+                "prompt twice (two files joined, or a run appended to twice?) and it would count twice. Keep one "
+                "record per prompt (or score each run's file on its own)."
+            )
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
@@ -81,9 +126,7 @@ def read_prompts(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     (raw text continued without a chat template); optional ``id`` and ``reference`` (human text, for MAUVE)."""
     path = Path(path)
     if path.suffix == ".txt":
-        if not path.is_file():
-            raise InputError(f"{path}: no such file.")
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = [line for line in read_text(path).splitlines() if line.strip()]
         records: list[Any] = [{"id": i, "prompt": line} for i, line in enumerate(lines)]
     else:
         records = read_jsonl(path)
@@ -119,7 +162,9 @@ def read_references(path: str | os.PathLike[str], records: Sequence[Mapping[str,
     """The human text of each of `records` (matched by ``id``) from a JSONL of ``reference`` / ``text`` records
     (or plain strings, matched by position)."""
     by_id = {}
-    for i, r in enumerate(read_jsonl(path)):
+    rows = read_jsonl(path)
+    check_unique_ids(rows, path)  # two references of one prompt: which one counts?
+    for i, r in enumerate(rows):
         text = (
             r if isinstance(r, str) else (r.get("reference", r.get("text")) if isinstance(r, dict) else None)
         )

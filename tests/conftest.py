@@ -14,12 +14,14 @@ import pytest
 
 from tests.helpers import launches
 from tests.helpers.cli import WheelVenv, build_wheel_venv
-from tests.helpers.env import OFFLINE_ENV, REPO_ROOT
+from tests.helpers.env import OFFLINE_ENV, REPO_ROOT, extensions_dir
 from tests.helpers.once import build_once
 
 # Set before any test module imports transformers / datasets / axolotl: no network in tests.
 for _key, _value in OFFLINE_ENV.items():
     os.environ.setdefault(_key, _value)
+# One DeepSpeed op build per venv, shared by every launch of the run (tests/helpers/env.py).
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
 
 
 # The markers each folder's tests carry (a path under tests/, folder or file; the longest match wins, so a file entry
@@ -28,6 +30,7 @@ for _key, _value in OFFLINE_ENV.items():
 FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
     "axolotl": ("axolotl_env",),
     "distributed": ("multiprocess",),
+    "losses": ("loss_library",),
     "eval/opencompass": ("opencompass_env",),
     "swift": ("swift_env",),
     "trl": ("trl_trainer",),
@@ -60,6 +63,8 @@ LAUNCHING_PATHS = (
     "project/test_dist.py",
     "project/test_extending.py",
     "project/test_generated.py",
+    "project/test_makefile_stamps.py",
+    "project/test_no_deps_install.py",
     "project/test_project_venvs.py",
     "project/test_suite_steps.py",
     "trl/cli",
@@ -77,6 +82,7 @@ LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
         "test_console_script_is_declared_and_runs",
         "test_metrics_module_imports_without_heavy_dependencies",
     ),
+    "eval/test_cli_input_files.py": ("test_the_console_command_refuses_in_one_line",),
     "eval/test_code_tasks.py": (
         "test_canonical_solutions_pass_and_wrong_ones_fail",
         "test_plus_tests_catch_what_the_base_tests_miss",

@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+#: What `distmatch-trl sft` imports: distmatch's own dependencies (pyproject.toml).
+CORE_MODULES = ("torch", "transformers", "trl", "accelerate", "datasets")
+
 #: The file `accelerate launch` runs (a file, not `-m`, so every accelerate launcher accepts it).
 SFT_SCRIPT = Path(__file__).resolve().parent / "scripts" / "distmatch_sft.py"
 
@@ -61,6 +64,7 @@ def check_parsed(parsed: Sequence[Any]) -> None:
     * resuming (`--resume_from_checkpoint DIR`) from a checkpoint whose run record (`DIR/distmatch.json`) names
       another loss or other options than asked for is refused (`trl_ext.resume`); without `--loss` the recorded loss
       is what the trainer will take, and what is checked below;
+    * `--dataset_name` naming a local file is refused: TRL's `load_dataset(dataset_name)` takes a Hub id or a folder;
     * a cost-embedding model (EMO) must have the vocabulary of the model being trained (both read from
       `config.json`, no weights).
     """
@@ -82,6 +86,7 @@ def check_parsed(parsed: Sequence[Any]) -> None:
         loss, options = resume.loss, resume.options
     if loss not in DISTMATCH_LOSSES:
         return
+    _check_dataset_name(parsed)
     if "RANK" not in os.environ:  # the launcher (or a single process): ranks would see rank 0's own lock
         from .output_lock import check_output_dir_free
 
@@ -91,6 +96,21 @@ def check_parsed(parsed: Sequence[Any]) -> None:
     from .cost_embedding import check_configured
 
     check_configured(loss, options, model.model_name_or_path)
+
+
+def _check_dataset_name(parsed: Sequence[Any]) -> None:
+    script = next((p for p in parsed if hasattr(p, "dataset_name")), None)
+    mixture = next((p for p in parsed if hasattr(p, "datasets")), None)
+    name = getattr(script, "dataset_name", None)
+    if not name or getattr(mixture, "datasets", None) or not os.path.isfile(name):
+        return
+    from distmatch.errors import DistMatchConfigError
+
+    raise DistMatchConfigError(
+        f"dataset_name={name!r} is a file: TRL loads it with datasets.load_dataset, which takes a Hub id or a folder "
+        f"of data files. Give the folder holding it ({os.path.dirname(name) or '.'}, with no other JSON/CSV files "
+        "such as a model's), or list the file under `datasets:` with `data_files:` in a --config YAML."
+    )
 
 
 def _remove_in_order(items: Sequence[str], removed: Sequence[str]) -> list[str]:
@@ -112,10 +132,10 @@ def launch_sft(argv: Sequence[str], prog: str = "distmatch-trl sft") -> int:
     argv = list(argv)
     parser = make_sft_parser(prog=prog)
     # Exits on -h / --help and on invalid values (e.g. `--loss bogus` lists the valid losses).
-    _, training_args, model_args, *_, config_unknown, cli_unknown = parser.parse_args_and_config(
+    *dataclasses, config_unknown, cli_unknown = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
-    check_parsed((training_args, model_args))  # before anything is launched or loaded
+    check_parsed(dataclasses)  # before anything is launched or loaded
     launch_args = resolve_accelerate_config_argument(config_unknown + cli_unknown)
     script_args = _remove_in_order(argv, cli_unknown)
     launch_command(launch_command_parser().parse_args([*launch_args, str(SFT_SCRIPT), *script_args]))
@@ -146,7 +166,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     from distmatch.errors import DistMatchConfigError
+    from distmatch.optional import require
 
+    try:  # one line naming a missing dependency (e.g. after pip install --no-deps), not a traceback
+        for module in CORE_MODULES:
+            require(module, extra=None, feature="distmatch-trl")
+    except ImportError as err:
+        print(f"distmatch-trl: error: {err}", file=sys.stderr)
+        return 2
     try:
         return launch_sft(argv[argv.index(args.command) + 1 :])
     except DistMatchConfigError as err:  # a refused setting: one line naming it, no traceback

@@ -2,9 +2,12 @@
 
 `build_tiny_llama(dir)` saves a ~100k-parameter random Llama with a byte-level BPE tokenizer (and a chat template)
 trained on a toy corpus; `write_sft_jsonl(path)` writes conversational examples (`messages`). The command line
-builds both for the offline Axolotl example (`examples/axolotl/tiny-cpu.yaml`)::
+builds both for the offline examples (`examples/axolotl/tiny-cpu.yaml`; `trl sft` on CPU, which it prints)::
 
-    python -m trl_ext.testing examples/axolotl/tiny      # -> tiny/model/ and tiny/data.jsonl
+    python -m trl_ext.testing examples/axolotl/tiny      # -> tiny/model/ and tiny/data/train.jsonl
+
+The data file is alone in its folder: `trl sft --dataset_name` takes a folder of data files (or a Hub id), not a
+file, and would read the model's JSON files as data from a folder that also holds the model.
 """
 
 from __future__ import annotations
@@ -132,10 +135,11 @@ def write_alpaca_jsonl(path: Path, n: int = 48, seed: int = 2) -> Path:
 
 
 def build_example(out_dir: Path, *, n_examples: int = 256) -> tuple[Path, Path]:
-    """The tiny model (`out_dir/model`) and conversational data (`out_dir/data.jsonl`) of the offline examples."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """The tiny model (`out_dir/model`) and conversational data (`out_dir/data/train.jsonl`) of the offline
+    examples."""
+    (out_dir / "data").mkdir(parents=True, exist_ok=True)
     model_dir = build_tiny_llama(out_dir / "model")
-    data = write_sft_jsonl(out_dir / "data.jsonl", n=n_examples)
+    data = write_sft_jsonl(out_dir / "data" / "train.jsonl", n=n_examples)
     return model_dir, data
 
 
@@ -146,11 +150,15 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m trl_ext.testing",
         description="Build a tiny random Llama and toy SFT data for offline runs (no downloads).",
     )
-    parser.add_argument("out_dir", type=Path, help="folder to write model/ and data.jsonl into")
+    parser.add_argument("out_dir", type=Path, help="folder to write model/ and data/train.jsonl into")
     parser.add_argument("--examples", type=int, default=256, help="number of SFT examples (default 256)")
     args = parser.parse_args(argv)
     model_dir, data = build_example(args.out_dir, n_examples=args.examples)
-    print(f"model: {model_dir}\ndata:  {data}")
+    print(
+        f"model: {model_dir}\ndata:  {data}\n"
+        f"trl sft --loss gem_ls --model_name_or_path {model_dir} --dataset_name {data.parent} "
+        f"--output_dir {args.out_dir / 'out'} --use_cpu --max_steps 20   # TRL on CPU: a data folder, --use_cpu"
+    )
 
 
 if __name__ == "__main__":

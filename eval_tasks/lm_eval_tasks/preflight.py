@@ -217,6 +217,12 @@ def preflight(
     check_task_options(metadata, model_args)
     check_options_apply(names, metadata)
     settings = check_generation_backend(names, metadata, model, os.environ)
+    if "chat_bon" in map(
+        family_of_task, _task_keys(names)
+    ):  # a causal LM as reward model: refused before sampling
+        from eval_tasks.best_of_n import check_reward_model_folder
+
+        check_reward_model_folder(str(resolve("chat_bon", metadata)["reward_model"]))
     # The option table's value (option, else its environment variable); check_options_apply has refused a protocol
     # that does not fit a requested family, so the family resolved here cannot refuse it.
     readers = TASK_OPTIONS["data_dir"]

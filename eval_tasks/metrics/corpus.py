@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks.metrics.bleu import self_bleu_diversity
-from eval_tasks.metrics.inputs import DiversityInputError, check_samples
+from eval_tasks.metrics.inputs import EVAL_EXTRA, DiversityInputError, check_samples, no_text
 from eval_tasks.metrics.names import METRIC_KEYS, METRICS
 from eval_tasks.metrics.ngram import ngram_diversity
 from eval_tasks.metrics.sentence_bert import embed, mean_pairwise_cosine, sbert_description
@@ -50,12 +51,16 @@ def _group_texts(group: Any, include_prompt: bool, index: int) -> tuple[Any, Any
     return index, group, group
 
 
-def _prepared(groups: Iterable[Any], include_prompt: bool, allow_empty: bool) -> list[tuple[Any, list[str]]]:
+def _prepared(
+    groups: Iterable[Any], include_prompt: bool, allow_empty: bool
+) -> list[tuple[Any, list[str], bool]]:
+    """(id, texts to score, whether every text to score is empty) of each prompt."""
     prepared = []
     for i, group in enumerate(groups):
         gid, texts, raw = _group_texts(group, include_prompt, i)
         check_samples(raw, allow_empty=allow_empty, what=f"prompt #{i} (id={gid!r})")
-        prepared.append((gid, check_samples(texts, allow_empty=True, what=f"prompt #{i} (id={gid!r})")))
+        texts = check_samples(texts, allow_empty=True, what=f"prompt #{i} (id={gid!r})")
+        prepared.append((gid, texts, no_text(texts)))
     if not prepared:
         raise DiversityInputError("No prompts to score (the input is empty).")
     return prepared
@@ -125,14 +130,20 @@ def corpus_diversity(
     if unknown or not metrics:
         raise ValueError(f"Unknown diversity metric(s) {unknown or metrics!r}. Valid: {', '.join(METRICS)}.")
     prepared = _prepared(groups, include_prompt, allow_empty)
-    per_prompt: list[dict[str, Any]] = [{"id": gid, "num_samples": len(texts)} for gid, texts in prepared]
-    iterator: Iterable[int] = range(len(prepared))
+    per_prompt: list[dict[str, Any]] = [{"id": gid, "num_samples": len(texts)} for gid, texts, _ in prepared]
+    # A prompt whose texts are all empty (allowed by allow_empty) has no diversity: 0 on every metric.
+    empty = [i for i, (_, _, blank) in enumerate(prepared) if blank]
+    for i in empty:
+        per_prompt[i].update({METRIC_KEYS[m]: 0.0 for m in metrics}, all_empty=True)
+    scored = [i for i, (_, _, blank) in enumerate(prepared) if not blank]
+    iterator: Iterable[int] = scored
     if progress:
+        require("tqdm", extra=EVAL_EXTRA, feature="The diversity progress bar (--no-progress: none)")
         from tqdm.auto import tqdm
 
         iterator = tqdm(iterator, desc="diversity", unit="prompt")
     for i in iterator:
-        gid, texts = prepared[i]
+        gid, texts, _ = prepared[i]
         try:
             if "ngram" in metrics:
                 per_prompt[i]["ngram_diversity"] = ngram_diversity(
@@ -146,10 +157,11 @@ def corpus_diversity(
             raise DiversityInputError(f"prompt #{i} (id={gid!r}): {err}") from err
     if "sbert" in metrics:
         # One encode call for all texts (batched across prompts), then the pairs of each prompt.
-        flat = [t for _, texts in prepared for t in texts]
-        unit = embed(flat, sbert_model, batch_size, device)
+        flat = [t for i in scored for t in prepared[i][1]]
+        unit = embed(flat, sbert_model, batch_size, device) if flat else None
         start = 0
-        for i, (_, texts) in enumerate(prepared):
+        for i in scored:
+            texts = prepared[i][1]
             block = unit[start : start + len(texts)]
             start += len(texts)
             per_prompt[i]["sbert_diversity"] = 100.0 * (1.0 - mean_pairwise_cosine(block))
@@ -160,6 +172,7 @@ def corpus_diversity(
         "scoring": "prompt+response" if include_prompt else "response",
         "num_prompts": len(prepared),
         "allow_empty": allow_empty,
+        "all_empty_prompts": len(empty),
     }
     if "ngram" in metrics:
         settings["ngram"] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["DiversityInputError", "check_samples"]
+__all__ = ["DiversityInputError", "check_samples", "no_text"]
 
 #: The extra that installs the metrics' optional dependencies.
 EVAL_EXTRA = "eval"
@@ -36,6 +36,12 @@ def check_samples(samples: Any, *, allow_empty: bool, what: str = "samples") -> 
             raise DiversityInputError(
                 f"{what}: sample(s) {empty} are empty or whitespace only. An empty response usually means the "
                 "model stopped at once (EOS) or the generations were not decoded; pass allow_empty=True "
-                "(CLI: --allow-empty) to score them anyway."
+                "(CLI: --allow-empty) to score them anyway (a prompt whose samples are all empty then scores 0)."
             )
     return samples
+
+
+def no_text(samples: Iterable[str]) -> bool:
+    """Whether every sample is empty or whitespace only: no diversity to measure, the prompt scores 0 on every
+    metric (with allow_empty; docs/evaluation.md)."""
+    return all(not s.strip() for s in samples)

@@ -12,6 +12,7 @@ from typing import Any
 from eval_tasks import published as P
 from eval_tasks.protocols import paper_protocol_check
 from eval_tasks.report.labels import DIVERSITY_METRICS, NOT_FRACTIONS
+from eval_tasks.samples import read_text
 
 __all__ = ["ReportError", "RunData", "collect_run", "parse_run_specs"]
 
@@ -68,9 +69,10 @@ def parse_run_specs(specs: Sequence[str]) -> dict[str, list[Path]]:
 
 
 def _load_json(path: Path) -> Any:
+    text = read_text(path)  # not UTF-8: refused naming the line
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
         raise ReportError(f"{path}: not valid JSON ({err}).") from err
 
 
@@ -117,6 +119,7 @@ def collect_run(name: str, paths: Sequence[Path]) -> RunData:
                 if _is_generate_jsonl(path):
                     sample_files.append(path)
                 elif explicit:
+                    read_text(path)  # not UTF-8: said so, naming the line
                     raise ReportError(f"{path}: not a distmatch-eval generate JSONL (no 'samples' list).")
                 continue
             data = _load_json(path)
@@ -314,9 +317,10 @@ def _add_diversity(run: RunData, path: Path, data: dict[str, Any]) -> None:
 def _add_generate_jsonl(run: RunData, path: Path) -> None:
     from eval_tasks.metrics import corpus_diversity
     from eval_tasks.results import gem_protocol_notes
-    from eval_tasks.samples import check_same_settings, detect_benchmark, read_jsonl
+    from eval_tasks.samples import check_same_settings, check_unique_ids, detect_benchmark, read_jsonl
 
     records = read_jsonl(path)
+    check_unique_ids(records, path)
     check_same_settings(records, path)  # the row reports the first record's settings for all
     result = corpus_diversity(records)
     meta = records[0].get("meta") or {}

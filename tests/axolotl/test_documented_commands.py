@@ -98,7 +98,7 @@ def test_documented_axolotl_command_runs(command: DocCommand, runs) -> None:
     argv = command.program_argv
     if argv[:3] == ["python", "-m", "trl_ext.testing"]:
         folder = root / argv[3]
-        built = [folder / "model" / "config.json", folder / "data.jsonl"]
+        built = [folder / "model" / "config.json", folder / "data" / "train.jsonl"]
         assert all(path.is_file() for path in built), output[-2000:]
     else:  # axolotl train <config>: the objective is logged next to plain CE and the adapter is saved
         import yaml

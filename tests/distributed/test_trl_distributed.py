@@ -22,15 +22,14 @@ Marked `multiprocess`: `make test SKIP_MULTIPROCESS=1` (or `pytest -m 'not multi
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.cli import assert_every_rank_ended_cleanly, free_port, run_cli, tail
+from tests.helpers.env import extensions_dir
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 
 pytestmark = pytest.mark.slow  # multiprocess: tests/conftest.py FOLDER_MARKERS
@@ -102,13 +101,6 @@ def _logs(out: Path) -> list[dict]:
     return logs
 
 
-def _extensions_dir() -> str:
-    """DeepSpeed's JIT-built shm op, cached per venv: builds for other interpreters or venv paths (whose include paths
-    differ) would otherwise replace each other in ~/.cache/torch_extensions and make every run wait for a rebuild."""
-    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    return str(Path.home() / ".cache" / "distmatch-tests" / "torch_extensions" / key)
-
-
 def _train(
     command: list, assets: dict[str, Path], name: str, loss: str, batch: int, ranks: int = 2, **env: str
 ) -> dict:
@@ -119,7 +111,7 @@ def _train(
         assets["root"],
         timeout=TIMEOUT,
         DISTMATCH_DEBUG_COST_EMBEDDING=str(debug),
-        TORCH_EXTENSIONS_DIR=_extensions_dir(),
+        TORCH_EXTENSIONS_DIR=extensions_dir(),
         **env,
     )
     assert_every_rank_ended_cleanly(result, ranks)
@@ -209,7 +201,7 @@ def test_deepspeed_zero3_refuses_a_live_cost_embedding(assets, wheel_venv):
         [*command, "--loss", "emo", "--emo_cost_embedding", "live", *_args(assets, out, LOCAL_BATCH)],
         assets["root"],
         timeout=TIMEOUT,
-        TORCH_EXTENSIONS_DIR=_extensions_dir(),
+        TORCH_EXTENSIONS_DIR=extensions_dir(),
     )
     assert result.returncode != 0
     assert "emo_cost_embedding='live' reads the LM head outside its forward" in result.stderr, tail(result)

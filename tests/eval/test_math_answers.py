@@ -42,6 +42,13 @@ from eval_tasks.math_answers import (
         ("I think it is 12.", None),  # no phrase
         ("The answer is: /4", None),  # empty numerator is no number
         ("The Answer Is: 9", None),  # other capitalisations are not read
+        # reading raises in GEM's script, whose voting loop then records no answer for the sample
+        ("The answer is -" + "1" * 400, None),  # beyond float range: round(-inf)
+        ("The answer is " + "1" * 400, None),
+        ("The answer is " + "1" * 400 + "/3", None),  # a quotient too large for a float
+        ("The answer is " + "1" * 400 + "/0", None),  # zero denominator: the numerator, beyond float range
+        ("The answer is 1/00", None),  # Fraction(1, 0)
+        ("The answer is " + "1" * 5000 + "/3", None),  # more digits than int() converts
     ],
 )
 def test_gsm8k_extractor(completion: str, expected: int | None) -> None:

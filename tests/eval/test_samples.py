@@ -25,6 +25,13 @@ def test_jsonl_round_trip_and_json_list(tmp_path: Path) -> None:
     assert S.read_jsonl(tmp_path / "a" / "r.json") == rows  # a .json list works too
 
 
+def test_records_with_unicode_line_separators_read_back(tmp_path: Path) -> None:
+    rows = [{"id": 0, "samples": ["a\u2028b", "c\x85d\x0ce"]}, {"id": 1, "samples": ["x", "y"]}]
+    # written unescaped (ensure_ascii=False), as generate writes them
+    S.write_jsonl(tmp_path / "s.jsonl", rows)
+    assert S.read_jsonl(tmp_path / "s.jsonl") == rows  # lines end at \n only
+
+
 def test_read_jsonl_errors_name_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(S.InputError, match=r"no such file"):
         S.read_jsonl(tmp_path / "missing.jsonl")

@@ -4,6 +4,7 @@ comment or document cites an issue number or a file that is not in the repositor
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -123,20 +124,22 @@ _FOREIGN = re.compile(
 _SKIP_DIRS = {".git", "build", "dist", "demo_out", "node_modules"}
 
 
+def _skipped(name: str) -> bool:
+    return name.startswith(".venv") or name in _SKIP_DIRS or name.endswith(".egg-info")
+
+
 def _sources() -> list[Path]:
+    """The repository's text sources (tracked or not), without walking into the venvs and build outputs."""
     files = []
-    for path in REPO.rglob("*"):
-        rel = path.relative_to(REPO)
-        if any(
-            part.startswith(".venv") or part in _SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts
-        ):
-            continue
-        if rel.parts[:2] == ("docs", "demo") and path.name != "README.md":
-            continue  # the demo's generated output
-        if path.is_file() and (
-            path.suffix in {".py", ".md", ".yaml", ".yml", ".toml", ".sh"} or path.name == "Makefile"
-        ):
-            files.append(path)
+    for folder, dirs, names in os.walk(REPO):
+        dirs[:] = sorted(d for d in dirs if not _skipped(d))
+        rel = Path(folder).relative_to(REPO)
+        for name in names:
+            path = Path(folder) / name
+            if rel.parts[:2] == ("docs", "demo") and name != "README.md":
+                continue  # the demo's generated output
+            if path.suffix in {".py", ".md", ".yaml", ".yml", ".toml", ".sh"} or name == "Makefile":
+                files.append(path)
     return files
 
 
