@@ -179,7 +179,9 @@ def test_recording_lists_the_launching_tests_instead(guarded_tests: Path, tmp_pa
 
 
 def test_quick_selection_leaves_the_marked_tests_out(guarded_tests: Path) -> None:
-    done = _inner_pytest(guarded_tests, "-p", "no:xdist", "-m", "not launches", "-k", "quiet or starts_python_marked")
+    done = _inner_pytest(
+        guarded_tests, "-p", "no:xdist", "-m", "not launches", "-k", "quiet or starts_python_marked"
+    )
     assert done.returncode == 0, done.stdout
     assert "1 passed, 4 deselected" in done.stdout, done.stdout
 
