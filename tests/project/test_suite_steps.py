@@ -134,6 +134,11 @@ def test_os_system_unmarked():
 """
 
 
+def _outside_xdist() -> dict[str, str]:
+    """This environment without the variables an xdist worker sets (the inner run would think it is a worker)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
+
+
 def _inner_pytest(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """A pytest run of scratch test files with the project's settings and tests/conftest.py as a plugin."""
     return subprocess.run(
@@ -145,7 +150,7 @@ def _inner_pytest(folder: Path, *args: str, **env: str) -> subprocess.CompletedP
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, **env},
+        env={**_outside_xdist(), **env},
     )  # fmt: skip
 
 
