@@ -120,6 +120,39 @@ def launches_marked(path: Path, name: str) -> bool:
     return name in LAUNCHING_TESTS.get(relative, ())
 
 
+# The longest modules (minutes each: multi-process runs, many `trl sft` / `lm_eval` launches) are handed out first, so
+# that pytest-xdist's two workers do not end with one of them running alone (`--dist loadscope` keeps a module on one
+# worker and hands modules out in collection order). Order only: every module still runs all its tests in its order.
+SLOW_MODULES_FIRST = (
+    "trl/cli/test_trl_sft.py",
+    "distributed/test_trl_distributed.py",
+    "benchmarks/test_benchmarks.py",
+    "trl/cli/test_trl_faults.py",
+    "trl/cli/test_trl_resume.py",
+    "eval/lm_eval_tasks/test_preflight.py",
+    "distributed/test_zero3_fused.py",
+    "axolotl/test_trainer.py",
+    "axolotl/test_plugin.py",
+    "axolotl/test_resume.py",
+    "demo/test_demo.py",
+    "distributed/test_fsdp2.py",
+    "project/test_project_venvs.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        try:
+            relative = item.path.resolve().relative_to(TESTS_DIR).as_posix()
+        except ValueError:
+            return len(SLOW_MODULES_FIRST)
+        return (
+            SLOW_MODULES_FIRST.index(relative) if relative in SLOW_MODULES_FIRST else len(SLOW_MODULES_FIRST)
+        )
+
+    items.sort(key=rank)  # stable: the order within a module, and of the other modules, is kept
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
     for name in folder_markers(item.path):
         item.add_marker(name)

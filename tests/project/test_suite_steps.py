@@ -244,3 +244,10 @@ def test_build_once_builds_once_for_all_workers(tmp_path: Path, workers: list[st
     built_by = log.read_text().splitlines()
     assert len(built_by) == 1, built_by
     assert built_by[0].startswith("gw" if "-n" in workers else "main")
+
+
+def test_the_slow_modules_listed_first_exist() -> None:
+    """tests/conftest.py hands these modules to the xdist workers first: a renamed one would silently go last."""
+    from tests.conftest import SLOW_MODULES_FIRST, TESTS_DIR
+
+    assert [name for name in SLOW_MODULES_FIRST if not (TESTS_DIR / name).is_file()] == []
