@@ -316,7 +316,7 @@ dist: $(CORE_STAMP) $(AXO_STAMP)
 # it prints a warning; docs/development.md "Times" has the measured table and the rule that a feature pays for its
 # tests' time):
 VENVS_BUDGET := 480
-TEST_STEPS := lint=45 dist=120 test-core=480 test-axolotl=420 test-axolotl-latest=240 test-opencompass=45 \
-	test-swift=75
+# dist (mostly pip installing a clean venv) and the two small venvs' tests run side by side.
+TEST_STEPS := lint=45 dist+test-opencompass+test-swift=180 test-core=540 test-axolotl=420 test-axolotl-latest=240
 test:
 	@MAKE="$(MAKE)" $(PYTHON) tools/test_steps.py --first venvs=$(VENVS_BUDGET) $(TEST_STEPS)
