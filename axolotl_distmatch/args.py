@@ -115,6 +115,14 @@ class _DistMatchArgs(BaseModel):
         },
     )
 
+    overwrite_run: bool | None = Field(
+        default=None,
+        json_schema_extra={
+            "description": "A new run (not a resume) into an output_dir that holds another run's `distmatch.json`: "
+            "remove that run's checkpoints and record and train. Without it such a run is refused."
+        },
+    )
+
     allow_loss_change: bool | None = Field(
         default=None,
         json_schema_extra={
