@@ -182,3 +182,27 @@ def test_a_reference_folder_without_complete_weights_is_refused_while_parsing(
     expected = "has no weight file" if damage == "no_weights" else "model.safetensors is truncated"
     assert line.startswith(f"error: {option}={str(folder)!r}") and expected in line, line
     assert "Loading" not in out.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (
+            ["--loss", "prob", "--prob_min_p", "0.5", "--prob_max_p", "0.5"],
+            "prob_min_p=0.5 = prob_max_p=0.5 keeps no",
+        ),
+        (
+            ["--loss", "prob", "--prob_q", "1e300"],
+            "prob_q=1e+300 is invalid; expected a number >= 0 and <= 10",
+        ),
+        (
+            ["--loss", "asft", "--anchor_kl_weight", "1e30"],
+            "anchor_kl_weight=1e+30 is invalid; expected a number",
+        ),
+    ],
+)
+def test_options_that_train_nothing_or_overflow_are_refused(wheel_venv, run, tmp_path, flags, expected):
+    out = run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, tmp_path / "out", 1)], tmp_path)
+    line = _one_line_error(out)
+    assert expected in line, line
+    assert not (tmp_path / "out").exists()
