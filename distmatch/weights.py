@@ -1,6 +1,6 @@
 """A model folder's weight files, read without torch: whether they are complete (each safetensors header parses and
 the file holds every tensor it lists) and a fingerprint that tells one model's weights from another's (each file's
-size and the SHA-256 of its safetensors header), recorded in a run record so that a resume can refuse a reference
+size, the SHA-256 of its safetensors header and of sampled blocks of its values), recorded in a run record so that a resume can refuse a reference
 folder that now holds another model."""
 
 from __future__ import annotations
@@ -71,16 +71,32 @@ def weights_problem(folder: str | os.PathLike) -> str | None:
     return None
 
 
+#: The fingerprint reads this many evenly spaced blocks of each weight file, of this size: two models of one
+#: architecture have the same safetensors header and size, so their values must be sampled too.
+SAMPLES, SAMPLE_BYTES = 16, 1 << 16
+
+
+def _sample_sha256(path: Path) -> str:
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for i in range(SAMPLES):
+            handle.seek(max(0, (size - SAMPLE_BYTES) * i // (SAMPLES - 1)))
+            digest.update(handle.read(SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
 def fingerprint(folder: str | os.PathLike) -> dict[str, Any]:
-    """`{"path": absolute folder, "weights": {file: {"size", "header_sha256"}}}`: what identifies a model folder's
-    weights (a `.bin` file's hash covers its first MiB)."""
+    """`{"path": absolute folder, "weights": {file: {"size", "header_sha256", "sample_sha256"}}}`: what identifies
+    a model folder's weights (the safetensors header, and a hash of 16 evenly spaced 64 KiB blocks of the file:
+    cheap for any size, and different for two models of one architecture)."""
     root = Path(folder).expanduser().resolve()
     weights: dict[str, Any] = {}
     for path in weight_files(root):
-        if path.suffix == ".safetensors":
-            raw = _safetensors_header(path)[0]
-        else:
-            with path.open("rb") as handle:
-                raw = handle.read(1 << 20)
-        weights[path.name] = {"size": path.stat().st_size, "header_sha256": hashlib.sha256(raw).hexdigest()}
+        raw = _safetensors_header(path)[0] if path.suffix == ".safetensors" else b""
+        weights[path.name] = {
+            "size": path.stat().st_size,
+            "header_sha256": hashlib.sha256(raw).hexdigest(),
+            "sample_sha256": _sample_sha256(path),
+        }
     return {"path": str(root), "weights": weights}

@@ -68,7 +68,9 @@ def test_the_record_identifies_the_reference_by_path_and_weights(run):
     reference = record["references"]["anchor_reference"]
     assert reference["path"] == str((run["base"] / "a" / "refdir").resolve()), reference
     (weights,) = reference["weights"].values()
-    assert weights["size"] > 0 and len(weights["header_sha256"]) == 64, reference
+    assert weights["size"] > 0 and len(weights["header_sha256"]) == len(weights["sample_sha256"]) == 64, (
+        reference
+    )
     assert record["history"] == [
         {"loss": "asft", "options": {"anchor_kl_weight": record["options"]["anchor_kl_weight"],
                                      "anchor_reference": "refdir"}, "from_step": 0, "to_step": 1}
