@@ -262,7 +262,8 @@ def _check_references(
     """The model folders the record fingerprinted, against those `options` name now: a folder that holds other
     weights (a relative path resolved in another working directory, a replaced model) is refused unless
     `allow_change`. Returns option -> recorded value for the folders that hold the recorded weights (under any
-    path), so that naming the same model by another path resumes as the same options."""
+    path), so that naming the same model by another path resumes as the same options, and None for a folder
+    holding other weights (allowed by `allow_change`), so that the options differ from the record's."""
     same: dict[str, Any] = {}
     used = {o.name for o in options_of(loss)} if loss in DISTMATCH_LOSSES else set()
     for name, recorded in (record.references or {}).items():
@@ -274,6 +275,7 @@ def _check_references(
             same[name] = record.options.get(name, value)
             continue
         if allow_change:
+            same[name] = None  # another model under the recorded value: not the same options
             continue
         raise DistMatchConfigError(
             f"resume_from_checkpoint={checkpoint!r} was trained against {name}={recorded.get('path')!r} "
