@@ -141,7 +141,9 @@ def test_bad_option_values_fail_validation(assets, tmp_path, loss, key, value, e
 
 @pytest.mark.parametrize(("loss", "key"), [("asft", "anchor_reference"), ("emo", "emo_cost_embedding")])
 @pytest.mark.parametrize("damage", ["no_weights", "truncated"])
-def test_reference_folder_without_complete_weights_fails_validation(assets, tmp_path, loss, key, damage) -> None:
+def test_reference_folder_without_complete_weights_fails_validation(
+    assets, tmp_path, loss, key, damage
+) -> None:
     folder = shutil.copytree(assets["model"], tmp_path / "ref")
     (weights,) = folder.glob("*.safetensors")
     if damage == "no_weights":
