@@ -168,12 +168,15 @@ def test_cost_embedding_with_another_vocabulary_fails_validation(assets, tmp_pat
 
 
 def test_reference_model_with_another_vocabulary_fails_validation(assets, tmp_path) -> None:
-    """`anchor_reference`: both vocabularies come from config.json files, no weights are read (the folder has none);
-    a folder with the same vocabulary passes and reaches the validated config."""
+    """`anchor_reference`: both vocabularies come from config.json files, checked before the weights (the other
+    folder has none); a folder with the same vocabulary and complete weights passes and reaches the validated
+    config."""
     config = json.loads((assets["model"] / "config.json").read_text())
     for name, vocab in (("other", config["vocab_size"] + 20), ("same", config["vocab_size"])):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(dict(config, vocab_size=vocab)))
+    for weights in assets["model"].glob("*.safetensors"):
+        shutil.copy(weights, tmp_path / "same" / weights.name)
     cfg = tiny_config(assets, tmp_path, loss="sft_kl", anchor_reference=str(tmp_path / "other"))
     with pytest.raises(ValidationError, match=f"vocabulary of {config['vocab_size'] + 20} tokens"):
         validate(cfg, gpu=False)
