@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
+from distmatch_hooks._common import one_edit_apart
 from trl_ext.checks import DistMatchConfigError, check_option_usage
 from trl_ext.cost_embedding import check_configured
 from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, loss_params
@@ -115,6 +116,14 @@ class _DistMatchArgs(BaseModel):
         },
     )
 
+    overwrite_run: bool | None = Field(
+        default=None,
+        json_schema_extra={
+            "description": "A new run (not a resume) into an output_dir that holds another run's `distmatch.json`: "
+            "remove that run's checkpoints and record and train. Without it such a run is refused."
+        },
+    )
+
     allow_loss_change: bool | None = Field(
         default=None,
         json_schema_extra={
@@ -136,6 +145,7 @@ class _DistMatchArgs(BaseModel):
     def _no_conflicting_settings(cls, data: Any, handler: Any) -> Any:
         raw = data if isinstance(data, Mapping) else {}
         # Settings written in the YAML: reported first, before other validators complain about their details.
+        _check_keys(raw, set(getattr(cls, "model_fields", {})))
         if raw.get("loss") in DISTMATCH_LOSSES:
             _raise_conflicts(raw["loss"], raw)
         _check_options(raw)
@@ -149,6 +159,28 @@ class _DistMatchArgs(BaseModel):
             options = {o.name: getattr(model, o.name) for o in LOSS_OPTIONS if o.name in fields}
             loss_params(loss, {k: v for k, v in options.items() if v is not None})
         return model
+
+
+def _check_keys(raw: Mapping[str, Any], known: set[str]) -> None:
+    """Keys Axolotl would ignore (or read as another framework's loss) while the user meant a distmatch setting:
+    a key no config field declares, one edit away from a distmatch option (`gem_betta`), and `loss_type: <a
+    distmatch loss>` without `loss` (another framework's spelling: Axolotl would train cross-entropy)."""
+    names = ("loss", "allow_loss_change", "overwrite_run", *(o.name for o in LOSS_OPTIONS))
+    for key in raw:
+        if not isinstance(key, str) or key in known or key in names:
+            continue
+        close = next((name for name in names if one_edit_apart(key, name)), None)
+        if close is not None:
+            raise DistMatchConfigError(
+                f"{key}: {raw[key]!r} is not a config key (Axolotl would ignore it and train with the default "
+                f"{close}); did you mean `{close}`?"
+            )
+    loss_type = raw.get("loss_type")
+    if raw.get("loss") is None and isinstance(loss_type, str) and loss_type in DISTMATCH_LOSSES:
+        raise DistMatchConfigError(
+            f"loss_type: {loss_type} does not select a distmatch loss in Axolotl (it would train cross-entropy); "
+            f"write `loss: {loss_type}` (the distmatch plugin's key)."
+        )
 
 
 def _check_options(raw: Mapping[str, Any]) -> None:

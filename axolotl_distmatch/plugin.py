@@ -23,7 +23,7 @@ from axolotl.integrations.base import BasePlugin
 
 from distmatch.checkpoints import axolotl_resume_checkpoint
 from trl_ext.options import LOSS_OPTIONS, options_of
-from trl_ext.resume import resolve_resume
+from trl_ext.resume import check_checkpoint_folder, check_new_run, resolve_resume
 
 LOG = logging.getLogger(__name__)
 
@@ -41,6 +41,10 @@ def continue_recorded_loss(cfg: Any) -> None:
     another loss or other options are refused (`DistMatchConfigError`) unless `allow_loss_change` is true."""
     written = {o.name: _get(cfg, o.name) for o in LOSS_OPTIONS if _get(cfg, o.name) is not None}
     checkpoint = axolotl_resume_checkpoint(cfg)  # shared with the activation hook
+    output_dir = _get(cfg, "output_dir", "./model-out")
+    check_checkpoint_folder(checkpoint, output_dir)
+    if checkpoint is None:
+        check_new_run(output_dir, None, bool(_get(cfg, "overwrite_run", False)))
     resume = resolve_resume(
         None if checkpoint is None else str(checkpoint),
         _get(cfg, "loss"),

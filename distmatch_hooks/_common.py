@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from distmatch._loss_names import LOSS_OPTION_NAMES, RUN_OPTION_NAMES  # noqa: F401 (re-exported)
+from distmatch._loss_names import LOSS_NAMES, LOSS_OPTION_NAMES, RUN_OPTION_NAMES  # noqa: F401 (re-exported)
 from distmatch.errors import stderr_line
 
 OFF_VALUES = ("0", "false", "no", "off")
@@ -27,6 +27,33 @@ ENV_DEBUG = "DISTMATCH_DEBUG"
 #: them from the loss specs into the torch-free `distmatch._loss_names` (`--check` fails when they differ).
 #: Any option starting with one of the prefixes also counts (future EMO options).
 LOSS_OPTION_PREFIXES = ("emo_",)
+
+
+def one_edit_apart(a: str, b: str) -> bool:
+    """Whether `a` becomes `b` by changing, adding or removing one character (not equal): `gem_betta` for
+    `gem_beta`, a typo the frameworks would ignore."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) == 1
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
+def misspelled_distmatch_keys(cfg: object) -> list[str]:
+    """Keys of a config mapping that look meant for distmatch but are not its keys: one edit away from one
+    (`gem_betta`), or `loss_type` set to a distmatch loss (another framework's spelling of `loss`)."""
+    names = ("loss", *RUN_OPTION_NAMES, *LOSS_OPTION_NAMES)
+    found = []
+    for key in cfg if isinstance(cfg, dict) or hasattr(cfg, "keys") else ():
+        name = str(key)
+        if name in names:
+            continue
+        if any(one_edit_apart(name, option) for option in names) or (
+            name == "loss_type" and cfg[key] in LOSS_NAMES  # type: ignore[index]
+        ):
+            found.append(name)
+    return found
 
 
 def switched_on(variable: str) -> bool:

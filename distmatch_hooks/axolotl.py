@@ -34,6 +34,7 @@ from distmatch_hooks._common import (
     RUN_OPTION_NAMES,
     PatchAfterImport,
     debug,
+    misspelled_distmatch_keys,
     switched_on,
 )
 
@@ -66,6 +67,7 @@ def distmatch_keys(cfg: Mapping) -> list[str]:
             continue
         if name in ("loss", *RUN_OPTION_NAMES) or name in OPTION_NAMES or name.startswith(OPTION_PREFIXES):
             keys.append(name)
+    keys += [name for name in misspelled_distmatch_keys(cfg) if name not in keys]  # the plugin refuses them
     checkpoint = axolotl_resume_checkpoint(cfg)
     if not keys and has_record(checkpoint):
         keys.append(f"resume_from_checkpoint ({checkpoint}/{RECORD_FILE})")

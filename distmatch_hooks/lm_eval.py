@@ -144,6 +144,7 @@ def patch_simple_evaluate(module: object) -> bool:
     import inspect
 
     signature = inspect.signature(original)
+    confirms = "confirm_run_unsafe_code" in signature.parameters
 
     @functools.wraps(original)
     def simple_evaluate(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -160,6 +161,8 @@ def patch_simple_evaluate(module: object) -> bool:
                     bound.get("metadata"),
                     _model_arg_names(bound.get("model_args")),
                     bound.get("model", "hf"),
+                    # None: an lm-eval without the setting (its own check then decides)
+                    bool(bound.get("confirm_run_unsafe_code", False)) if confirms else None,
                 )
             except DistMatchConfigError as err:
                 if not _called_by_cli(sys._getframe(1)):

@@ -55,6 +55,7 @@ def folder_markers(path: Path) -> tuple[str, ...]:
 # `launches` (tests/helpers/launches.py): the folders and files whose tests start other programs, themselves or
 # through their module / session fixtures (a training launch, `lm_eval`, the sandbox, a fresh venv, `make -n`) ...
 LAUNCHING_PATHS = (
+    "axolotl/test_activation_hook.py",
     "benchmarks/test_benchmarks.py",
     "distributed",
     "eval/lm_eval_tasks",

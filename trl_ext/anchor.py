@@ -125,6 +125,14 @@ def check_reference_source(value: Any, trained: Any = None) -> None:
                 f"{OPTION}={value!r}: its tokenizer.json maps tokens to ids differently from the trained model's "
                 f"(first difference: {differ[0]!r}); the reference model must share the tokenizer."
             )
+    from distmatch.weights import weights_problem
+
+    problem = weights_problem(folder)
+    if problem is not None:  # no weight file, or one cut short: it would fail after the model loads
+        raise DistMatchConfigError(
+            f"{OPTION}={value!r}: {problem}; give a complete model folder (as saved by save_pretrained) or "
+            f"{INITIAL!r} (the starting model)."
+        )
 
 
 def training_dtype(model: nn.Module) -> torch.dtype:

@@ -61,6 +61,9 @@ def check_parsed(parsed: Sequence[Any]) -> None:
     """Checks that need TRL's parsed dataclasses, run right after parsing (before anything is launched or loaded):
 
     * no other run is writing the output folder (`trl_ext.output_lock`; only in the launcher or a single process);
+    * `--resume_from_checkpoint DIR` is a checkpoint folder (not missing, not a model folder, not the output
+      folder); a new run into an output folder holding another run's record is refused unless `--overwrite_run`
+      (which removes that run's checkpoints);
     * resuming (`--resume_from_checkpoint DIR`) from a checkpoint whose run record (`DIR/distmatch.json`) names
       another loss or other options than asked for is refused (`trl_ext.resume`); without `--loss` the recorded loss
       is what the trainer will take, and what is checked below;
@@ -73,11 +76,14 @@ def check_parsed(parsed: Sequence[Any]) -> None:
     if training is None:
         return
     from .options import DISTMATCH_LOSSES
-    from .resume import checkpoint_folder, resolve_resume
+    from .resume import check_checkpoint_folder, check_new_run, checkpoint_folder, resolve_resume
 
     loss, options = training.distmatch_loss, training.loss_options()
+    check_checkpoint_folder(training.resume_from_checkpoint, training.output_dir)
+    checkpoint = checkpoint_folder(training.resume_from_checkpoint, training.output_dir)
+    check_new_run(training.output_dir, checkpoint, bool(getattr(training, "overwrite_run", False)))
     resume = resolve_resume(
-        checkpoint_folder(training.resume_from_checkpoint, training.output_dir),
+        checkpoint,
         training.loss,
         options,
         allow_change=bool(training.allow_loss_change),

@@ -78,6 +78,14 @@ class _DistMatchSFTConfig(SFTConfig):
         },
     )
 
+    overwrite_run: bool = field(
+        default=False,
+        metadata={
+            "help": "A new run (not a resume) into an output_dir that holds another run's `distmatch.json`: remove "
+            "that run's checkpoints and record and train. Without it such a run is refused."
+        },
+    )
+
     def __post_init__(self) -> None:
         # Our checks first: they are about the user's distmatch settings and must not be masked by TRL's own.
         self._check_distmatch()

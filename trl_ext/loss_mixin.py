@@ -9,6 +9,7 @@ reduces them by TRL's contract (sum / `num_items_in_batch`, or the local token c
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -27,6 +28,16 @@ from .model_forward import LossRequest, install_loss_forward
 from .options import DISTMATCH_LOSSES, cost_embedding_option, loss_params
 from .resume import Resume, checkpoint_folder, resolve_resume, used_options, write_record
 from .teardown import release_process_groups_at_exit
+
+
+def _checkpoint_step(checkpoint: str) -> int:
+    """The global step a checkpoint folder was saved at (its trainer_state.json), 0 when unknown."""
+    try:
+        with open(os.path.join(checkpoint, "trainer_state.json"), encoding="utf-8") as handle:
+            return int(json.load(handle).get("global_step", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +176,7 @@ class DistMatchLossMixin:
             return None
         if resume.action == "adopt":
             self.use_distmatch_settings(resume.loss, resume.options)
+        self._distmatch_history = resume.record.history_until(_checkpoint_step(resume.checkpoint))
         message = resume.message()
         if message is not None and getattr(self.args, "process_index", 0) == 0:
             logger.warning(message)
@@ -193,7 +205,20 @@ class DistMatchLossMixin:
         loss, options = self.distmatch_settings()
         if loss in DISTMATCH_LOSSES and self.args.should_save:
             os.makedirs(folder, exist_ok=True)
-            write_record(folder, loss, options, self.distmatch_framework)
+            write_record(
+                folder, loss, options, self.distmatch_framework, self.distmatch_history(loss, options)
+            )
+
+    def distmatch_history(self, loss: str, options: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each loss this run (and the runs it resumed) trained, with its options and steps, this one last."""
+        history = [dict(h) for h in getattr(self, "_distmatch_history", [])]
+        step = int(getattr(getattr(self, "state", None), "global_step", 0) or 0)
+        used = json.loads(json.dumps(used_options(loss, options)))
+        if history and (history[-1].get("loss"), history[-1].get("options")) == (loss, used):
+            history[-1]["to_step"] = step
+            return history
+        start = int(history[-1].get("to_step", 0)) if history else 0
+        return [*history, {"loss": loss, "options": used, "from_step": start, "to_step": step}]
 
     def create_model_card(self, *args: Any, **kwargs: Any) -> None:
         """The framework's model card, tagged with the objective (`distmatch`, `distmatch-loss-emo`), with a section
@@ -213,7 +238,8 @@ class DistMatchLossMixin:
         super().create_model_card(*args, **kwargs)  # type: ignore[misc]
         if loss in DISTMATCH_LOSSES and self.is_world_process_zero():  # type: ignore[attr-defined]
             card = os.path.join(self.args.output_dir, "README.md")
-            add_section(card, loss, used_options(loss, options), self.distmatch_framework)
+            history = self.distmatch_history(loss, options)
+            add_section(card, loss, used_options(loss, options), self.distmatch_framework, history)
 
     def record_metric(self, mode: str, key: str, value: float) -> None:
         raise NotImplementedError

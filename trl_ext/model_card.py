@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import distmatch
@@ -66,7 +66,23 @@ def _value(value: Any) -> str:
     return f"`{json.dumps(value)}`"  # JSON: a string, a number, true/false and null read back unambiguously
 
 
-def section(loss: str, options: Mapping[str, Any], framework: str) -> str:
+def _history(history: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The losses a resumed run trained, in order (only when there were several)."""
+    if len(history) < 2:
+        return []
+    lines = ["", "Trained in turn with (`allow_loss_change`):", ""]
+    for item in history:
+        options = ", ".join(f"`{k}`={_value(v)}" for k, v in sorted((item.get("options") or {}).items()))
+        lines.append(
+            f"- steps {item.get('from_step')}-{item.get('to_step')}: `{item.get('loss')}`"
+            + (f" ({options})" if options else "")
+        )
+    return lines
+
+
+def section(
+    loss: str, options: Mapping[str, Any], framework: str, history: Sequence[Mapping[str, Any]] = ()
+) -> str:
     """The card's distmatch section (Markdown) for a model trained with `loss` and `options` through `framework`."""
     lines = [
         BEGIN,
@@ -83,12 +99,19 @@ def section(loss: str, options: Mapping[str, Any], framework: str) -> str:
         ]
     else:
         lines.append("Options: the loss's defaults.")
+    lines += _history(history)
     title, link = PAPERS[loss]
     lines += ["", f"Paper: [{title}]({link})" if link else f"Paper: {title}", END]
     return "\n".join(lines) + "\n"
 
 
-def add_section(card_path: str, loss: str, options: Mapping[str, Any], framework: str) -> bool:
+def add_section(
+    card_path: str,
+    loss: str,
+    options: Mapping[str, Any],
+    framework: str,
+    history: Sequence[Mapping[str, Any]] = (),
+) -> bool:
     """Put the section at the end of the card at `card_path` (replacing an earlier one); False if there is no card."""
     if not os.path.isfile(card_path):
         return False
@@ -96,7 +119,7 @@ def add_section(card_path: str, loss: str, options: Mapping[str, Any], framework
         text = stream.read()
     if BEGIN in text and END in text:
         text = text[: text.index(BEGIN)].rstrip("\n") + "\n" + text[text.index(END) + len(END) :].lstrip("\n")
-    text = text.rstrip("\n") + "\n\n" + section(loss, options, framework)
+    text = text.rstrip("\n") + "\n\n" + section(loss, options, framework, history)
     with open(card_path, "w", encoding="utf-8") as stream:
         stream.write(text)
     return True

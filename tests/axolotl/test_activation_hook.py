@@ -116,6 +116,8 @@ def test_axolotl_train_loss_without_plugins_line_trains_distmatch(assets, projec
         ({"loss": "gem_ls", "gem_beta": 0}, "error: Loss 'gem_ls': gem_beta=0 is invalid"),
         ({"loss": None, "gem_beta": 0.5}, "error: gem_beta=0.5 is set but `loss` is unset"),
         ({"loss": "gem_lsx"}, "error: loss='gem_lsx' is not a distmatch loss"),
+        ({"loss": "gem_ls", "gem_betta": 0.5}, "error: gem_betta: 0.5 is not a config key"),
+        ({"loss": None, "loss_type": "gem_ls"}, "error: loss_type: gem_ls does not select a distmatch loss"),
     ],
 )
 def test_axolotl_train_refuses_in_one_line(assets, project_venv, tmp_path, overrides, expected) -> None:

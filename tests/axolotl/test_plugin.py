@@ -11,6 +11,7 @@ import importlib.metadata
 import inspect
 import json
 import re
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -123,6 +124,8 @@ def test_unknown_loss_fails_validation_naming_the_choices(assets, tmp_path) -> N
         ("asft", "anchor_reference", "", "anchor_reference='' is invalid"),
         ("asft", "anchor_reference", "/nonexistent/model", "no such folder"),
         ("dft", "anchor_reference", "/nonexistent/model", "has no effect with loss='dft'"),
+        ("gem_ls", "gem_betta", 0.5, "gem_betta: 0.5 is not a config key"),
+        (None, "loss_type", "gem_ls", "loss_type: gem_ls does not select a distmatch loss"),
     ],
 )
 def test_bad_option_values_fail_validation(assets, tmp_path, loss, key, value, expected) -> None:
@@ -134,6 +137,23 @@ def test_bad_option_values_fail_validation(assets, tmp_path, loss, key, value, e
         validate(cfg, gpu=False)
     if loss == "gem_ls":  # the user's loss is named, not another loss that uses the option
         assert "gem_linear" not in str(info.value)
+
+
+@pytest.mark.parametrize(("loss", "key"), [("asft", "anchor_reference"), ("emo", "emo_cost_embedding")])
+@pytest.mark.parametrize("damage", ["no_weights", "truncated"])
+def test_reference_folder_without_complete_weights_fails_validation(
+    assets, tmp_path, loss, key, damage
+) -> None:
+    folder = shutil.copytree(assets["model"], tmp_path / "ref")
+    (weights,) = folder.glob("*.safetensors")
+    if damage == "no_weights":
+        weights.unlink()
+    else:
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    cfg = tiny_config(assets, tmp_path / "out", loss=loss, **{key: str(folder)})
+    expected = "has no weight file" if damage == "no_weights" else "model.safetensors is truncated"
+    with pytest.raises(ValidationError, match=expected):
+        validate(cfg, gpu=False)
 
 
 def test_cost_embedding_with_another_vocabulary_fails_validation(assets, tmp_path) -> None:
@@ -148,12 +168,15 @@ def test_cost_embedding_with_another_vocabulary_fails_validation(assets, tmp_pat
 
 
 def test_reference_model_with_another_vocabulary_fails_validation(assets, tmp_path) -> None:
-    """`anchor_reference`: both vocabularies come from config.json files, no weights are read (the folder has none);
-    a folder with the same vocabulary passes and reaches the validated config."""
+    """`anchor_reference`: both vocabularies come from config.json files, checked before the weights (the other
+    folder has none); a folder with the same vocabulary and complete weights passes and reaches the validated
+    config."""
     config = json.loads((assets["model"] / "config.json").read_text())
     for name, vocab in (("other", config["vocab_size"] + 20), ("same", config["vocab_size"])):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(dict(config, vocab_size=vocab)))
+    for weights in assets["model"].glob("*.safetensors"):
+        shutil.copy(weights, tmp_path / "same" / weights.name)
     cfg = tiny_config(assets, tmp_path, loss="sft_kl", anchor_reference=str(tmp_path / "other"))
     with pytest.raises(ValidationError, match=f"vocabulary of {config['vocab_size'] + 20} tokens"):
         validate(cfg, gpu=False)

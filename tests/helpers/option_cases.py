@@ -65,11 +65,13 @@ VALID: list[tuple[str, Any]] = [
     ("eaft_alpha", 0.0),  # >= 0
     ("eaft_k", 1),  # integer >= 1
     ("prob_q", 0.0),  # >= 0 (0 is CE)
+    ("prob_q", 10.0),  # <= 10 (larger: p_y ** q leaves no gradient)
     ("prob_min_p", 0.0),  # [0, 1)
     ("prob_min_p", 0.999),
     ("prob_max_p", 1e-6),  # (0, 1]
     ("prob_max_p", 1.0),
     ("anchor_kl_weight", 0.0),  # >= 0 (0: DFT / CE)
+    ("anchor_kl_weight", 1000.0),  # <= 1000 (1e30: an infinite gradient norm)
 ]
 
 #: Refused values just outside each bound (or outside the choices), with the start of the one-line error.
@@ -87,11 +89,15 @@ INVALID: list[tuple[str, Any]] = [
     ("eaft_alpha", -1e-6),
     ("eaft_k", 0),
     ("prob_q", -1e-6),
+    ("prob_q", 10.01),
+    ("prob_q", 1e300),
     ("prob_min_p", -0.01),
     ("prob_min_p", 1.0),
     ("prob_max_p", 0.0),
     ("prob_max_p", 1.01),
     ("anchor_kl_weight", -1e-6),
+    ("anchor_kl_weight", 1000.01),
+    ("anchor_kl_weight", 1e30),
     ("emo_weighting", "emo3"),
     ("emo_target_mass", "kept"),
     ("tailr_variant", "tvd"),

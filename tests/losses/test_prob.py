@@ -17,8 +17,10 @@ def test_a_token_exactly_at_a_threshold_is_kept(path):
     fn = token_loss if path == "token" else reference_token_loss
     z = torch.zeros(1, 2, dtype=F64)
     y = torch.tensor([1])
-    for bounds in ({"min_p": 0.5}, {"max_p": 0.5}, {"min_p": 0.5, "max_p": 0.5}):
+    for bounds in ({"min_p": 0.5}, {"max_p": 0.5}):
         assert float(fn("prob", z, y, **bounds)[0]) == 0.5, bounds  # 1 - p_y
+    with pytest.raises(ValueError, match="min_p=0.5 = max_p=0.5 keeps no token"):
+        fn("prob", z, y, min_p=0.5, max_p=0.5)  # only p_y == 0.5 exactly: no token in training
     assert float(fn("prob", z, y, min_p=0.5 + 1e-12)[0]) == 0.0  # just above: dropped
     assert float(fn("prob", z, y, max_p=0.5 - 1e-12)[0]) == 0.0
 

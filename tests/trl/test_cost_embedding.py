@@ -233,11 +233,14 @@ def test_tied_checkpoint_reads_the_input_embedding(sharded):
 
 
 def test_cost_embedding_source_checked_from_config_json_only(tmp_path):
-    """A folder with nothing but config.json: validation reads no weights."""
+    """A folder with nothing but config.json: the vocabulary is checked first, then the missing weights refused
+    (they would fail only after the trained model loads)."""
     folder = tmp_path / "config_only"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"vocab_size": 320, "tie_word_embeddings": False}))
-    assert check_cost_embedding_source(str(folder), 320)["vocab_size"] == 320
+    with pytest.raises(DistMatchConfigError, match="has no weight file") as info:
+        check_cost_embedding_source(str(folder), 320)
+    assert str(info.value).startswith(f"emo_cost_embedding={str(folder)!r}") and "\n" not in str(info.value)
     with pytest.raises(
         DistMatchConfigError, match="vocabulary of 320 tokens but the model being trained has 300"
     ):

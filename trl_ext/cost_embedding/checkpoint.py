@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from distmatch.errors import DistMatchConfigError
+from distmatch.weights import weights_problem
 
 #: The sources that are not another model: a frozen copy of the pre-trained head, the live head (detached).
 BUILTIN_SOURCES = ("frozen", "live")
@@ -150,6 +151,12 @@ def check_cost_embedding_source(value: Any, vocab_size: int | None = None) -> di
     config = _read_json(_config_file(value), value, "model config")
     theirs = vocab_size_of(config)
     check_vocabulary(value, theirs, vocab_size)
+    if Path(value).expanduser().is_dir():
+        problem = weights_problem(Path(value).expanduser())
+        if problem is not None:  # no weight file, or one cut short: it would fail after the model loads
+            raise DistMatchConfigError(
+                f"{_setting(value)}: {problem}; give a complete model folder (as saved by save_pretrained)."
+            )
     if Path(value).expanduser().exists():
         located = _locate_output_embedding(value, config)
         if located is not None:

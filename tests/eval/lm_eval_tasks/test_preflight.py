@@ -159,3 +159,73 @@ def test_missing_local_data_listed_all_at_once(
         assert f"{tmp_path / key / split}.jsonl" in line, line
     assert "'google/IFEval'" in line and "'cais/mmlu'" in line  # what to download
     assert "Initializing hf model" not in output
+
+
+@pytest.mark.parametrize(
+    ("tasks", "metadata", "extra", "expected"),
+    [
+        (
+            "distmatch_creative",
+            {"sbert_model": "/no/such/sbert"},
+            [],
+            "sbert_model='/no/such/sbert': no such folder",
+        ),
+        (
+            "distmatch_sst2",
+            {"retriever_model": "./no_retriever"},
+            [],
+            "retriever_model='./no_retriever': no such",
+        ),
+        (
+            "distmatch_creative",
+            {"sbert_model": "nobody/no-such-sbert"},
+            [],
+            "is not in the local Hugging Face cache",
+        ),
+        ("distmatch_humaneval", {}, [], "distmatch_humaneval runs model-generated code"),
+    ],
+)
+def test_missing_models_and_the_code_confirmation_refused_at_preflight(
+    wheel_python: Path,
+    workdir: Path,
+    env: dict[str, str],
+    tasks: str,
+    metadata: dict[str, Any],
+    extra: list[str],
+    expected: str,
+) -> None:
+    """Found before the model loads (they were found only after all generation, or after loading the model)."""
+    cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
+    cmd += ["--tasks", tasks, "--device", "cpu", "--metadata", json.dumps(metadata), *extra]
+    proc = _run(cmd, dict(env, HF_HUB_OFFLINE="1"), workdir)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert expected in line, line
+    assert "Initializing hf model" not in output
+
+
+def test_model_options_and_code_confirmation_table_checks(tmp_path: Path) -> None:
+    from distmatch.errors import DistMatchConfigError
+    from eval_tasks.lm_eval_tasks.preflight import check_code_confirmation, check_model_options
+
+    offline = {"HF_HUB_OFFLINE": "1"}
+    check_model_options(["distmatch_creative"], {"sbert_model": str(tmp_path)}, offline)  # an existing folder
+    check_model_options(["distmatch_creative"], {"sbert_model": "paper"}, offline)  # an alias
+    check_model_options(["distmatch_sst2"], {"sbert_model": "/no/such"}, offline)  # not read by the task
+    check_model_options(
+        ["distmatch_creative"], {"sbert_model": "nobody/no-such-sbert"}, {}
+    )  # online: the Hub
+    for metadata, environ, expected in [
+        ({"sbert_model": str(tmp_path / "none")}, {}, "no such folder"),
+        ({"sbert_model": "nobody/no-such-sbert"}, offline, "not in the local Hugging Face cache"),
+    ]:
+        with pytest.raises(DistMatchConfigError, match=expected):
+            check_model_options(["distmatch_creative"], metadata, environ)
+    with pytest.raises(DistMatchConfigError, match="retriever_model='./x': no such folder"):
+        check_model_options(["distmatch_sst2"], {}, {"DISTMATCH_RETRIEVER_MODEL": "./x"})
+    check_code_confirmation(["distmatch_humaneval"], True)
+    check_code_confirmation(["distmatch_humaneval"], None)  # an lm-eval without the setting decides itself
+    check_code_confirmation(["distmatch_sst2"], False)
+    with pytest.raises(DistMatchConfigError, match="--confirm_run_unsafe_code"):
+        check_code_confirmation(["distmatch_humaneval"], False)

@@ -16,6 +16,7 @@ KL = sum_i p_ref_i (z_ref_i - z_i) - lse(z_ref) + lse(z). `kl_weight` defaults t
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -24,10 +25,27 @@ from .. import validation
 from ..rowops import rowdot, softmax, subtract_at_target
 from ..spec import ChunkResult, FullLogits, LossSpec, Option, Param, Rows, option
 
+#: The largest KL weight: the KL's gradient is kl_weight * (p - p_ref) per logit, and 1e30 gives an infinite
+#: gradient norm at every step; the ASFT authors use 0.1 - 1.
+MAX_KL_WEIGHT = 1000.0
+
+
+def _kl_weight(value: Any) -> str | None:
+    ok = validation.non_negative(value) is None and value <= MAX_KL_WEIGHT
+    return (
+        None
+        if ok
+        else (
+            f"a number >= 0 and <= {MAX_KL_WEIGHT:g} (the KL's gradient grows with it: 1e30 gives an infinite gradient "
+            "norm; the ASFT authors use 0.1 - 1)"
+        )
+    )
+
+
 KL_WEIGHT = Param(
     "kl_weight",
     0.1,
-    validation.non_negative,
+    _kl_weight,
     "weight of the KL to the reference model, sum p_ref log(p_ref / p) per token",
 )
 

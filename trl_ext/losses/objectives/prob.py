@@ -32,15 +32,33 @@ def _max_p(value: Any) -> str | None:
     return None if ok else "a number in (0, 1] (tokens with p_y <= prob_max_p are kept; 1 keeps all)"
 
 
-Q = Param("q", 1.0, validation.non_negative, "exponent q of -(p_y ** q - 1) / q (1: 1 - p_y; 0: CE)")
+#: The largest exponent: the gradient is p_y ** q times the cross-entropy's, so a larger q trains almost no token
+#: (q = 1e300 gives loss 0 and gradient 0 at every step).
+MAX_Q = 10.0
+
+
+def _q(value: Any) -> str | None:
+    ok = validation.non_negative(value) is None and value <= MAX_Q
+    return (
+        None
+        if ok
+        else (
+            f"a number >= 0 and <= {MAX_Q:g} (the gradient is p_y ** q times the cross-entropy's: a larger q trains "
+            "almost no token)"
+        )
+    )
+
+
+Q = Param("q", 1.0, _q, "exponent q of -(p_y ** q - 1) / q (1: 1 - p_y; 0: CE)")
 MIN_P = Param("min_p", 0.0, _min_p, "keep only tokens with p_y >= min_p (the authors' OnlyTopP threshold)")
 MAX_P = Param("max_p", 1.0, _max_p, "keep only tokens with p_y <= max_p (the authors' OnlyBottomP threshold)")
 
 
 def check(params: dict[str, Any]) -> str | None:
-    if params["min_p"] > params["max_p"]:
+    if params["min_p"] >= params["max_p"]:
+        relation = ">" if params["min_p"] > params["max_p"] else "="
         return (
-            f"min_p={params['min_p']!r} > max_p={params['max_p']!r} keeps no token (the kept tokens have p_y "
+            f"min_p={params['min_p']!r} {relation} max_p={params['max_p']!r} keeps no token (the kept tokens have p_y "
             "between the lower and the upper bound); lower the first or raise the second."
         )
     return None
