@@ -56,9 +56,13 @@ def folder_markers(path: Path) -> tuple[str, ...]:
 # through their module / session fixtures (a training launch, `lm_eval`, the sandbox, a fresh venv, `make -n`) ...
 LAUNCHING_PATHS = (
     "axolotl/test_activation_hook.py",
+    "axolotl/test_documented_commands.py",
+    "axolotl/test_resume.py",
+    "axolotl/test_trainer.py",
     "benchmarks/test_benchmarks.py",
     "distributed",
     "eval/lm_eval_tasks",
+    "eval/opencompass",
     "eval/test_code_execution.py",
     "hooks/test_install_pth.py",
     "project/test_dist.py",
@@ -68,6 +72,7 @@ LAUNCHING_PATHS = (
     "project/test_no_deps_install.py",
     "project/test_project_venvs.py",
     "project/test_suite_steps.py",
+    "swift",
     "trl/cli",
 )
 # ... and single tests (by function name) in files whose other tests start nothing.
