@@ -66,6 +66,7 @@ LAUNCHING_PATHS = (
     "eval/test_code_execution.py",
     "hooks/test_install_pth.py",
     "project/test_dist.py",
+    "project/test_environments.py",
     "project/test_extending.py",
     "project/test_generated.py",
     "project/test_makefile_stamps.py",
