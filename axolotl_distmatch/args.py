@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
-from distmatch_hooks._common import one_edit_apart
+from distmatch.errors import one_edit_apart
 from trl_ext.checks import DistMatchConfigError, check_option_usage
 from trl_ext.cost_embedding import check_configured
 from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, loss_params

@@ -72,3 +72,14 @@ def print_config_errors_as_one_line() -> None:
 
     hook._distmatch = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+def one_edit_apart(a: str, b: str) -> bool:
+    """Whether `a` becomes `b` by changing, adding or removing one character (not equal): `gem_betta` for
+    `gem_beta`, a typo the frameworks would ignore."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) == 1
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 
 from distmatch._loss_names import LOSS_NAMES, LOSS_OPTION_NAMES, RUN_OPTION_NAMES  # noqa: F401 (re-exported)
-from distmatch.errors import stderr_line
+from distmatch.errors import one_edit_apart, stderr_line  # noqa: F401 (one_edit_apart re-exported)
 
 OFF_VALUES = ("0", "false", "no", "off")
 
@@ -27,17 +27,6 @@ ENV_DEBUG = "DISTMATCH_DEBUG"
 #: them from the loss specs into the torch-free `distmatch._loss_names` (`--check` fails when they differ).
 #: Any option starting with one of the prefixes also counts (future EMO options).
 LOSS_OPTION_PREFIXES = ("emo_",)
-
-
-def one_edit_apart(a: str, b: str) -> bool:
-    """Whether `a` becomes `b` by changing, adding or removing one character (not equal): `gem_betta` for
-    `gem_beta`, a typo the frameworks would ignore."""
-    if a == b or abs(len(a) - len(b)) > 1:
-        return False
-    if len(a) == len(b):
-        return sum(x != y for x, y in zip(a, b)) == 1
-    short, long = (a, b) if len(a) < len(b) else (b, a)
-    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def misspelled_distmatch_keys(cfg: object) -> list[str]:

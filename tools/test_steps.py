@@ -47,8 +47,8 @@ def run_step(name: str) -> int:
     """`make <target>` for each target of `name`; side by side (prefixed output) when there are several."""
     targets = name.split("+")
     make = [os.environ.get("MAKE", "make"), "--no-print-directory"]
-    if len(targets) == 1:
-        return subprocess.call([*make, targets[0]])
+    if len(targets) == 1 or make_dry_run():  # a dry run prints each target's recipes in order
+        return max(subprocess.call([*make, target]) for target in targets)
     processes, pumps = [], []
     for target in targets:
         process = subprocess.Popen(

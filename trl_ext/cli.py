@@ -79,6 +79,12 @@ def check_parsed(parsed: Sequence[Any]) -> None:
     from .resume import check_checkpoint_folder, check_new_run, checkpoint_folder, resolve_resume
 
     loss, options = training.distmatch_loss, training.loss_options()
+    if "RANK" not in os.environ and (training.loss is None or training.loss in DISTMATCH_LOSSES):
+        # a live run's folder first: its record is not another run's (the launcher, or a single process: ranks
+        # would see rank 0's own lock)
+        from .output_lock import check_output_dir_free
+
+        check_output_dir_free(training.output_dir)
     check_checkpoint_folder(training.resume_from_checkpoint, training.output_dir)
     checkpoint = checkpoint_folder(training.resume_from_checkpoint, training.output_dir)
     check_new_run(training.output_dir, checkpoint, bool(getattr(training, "overwrite_run", False)))
@@ -93,10 +99,6 @@ def check_parsed(parsed: Sequence[Any]) -> None:
     if loss not in DISTMATCH_LOSSES:
         return
     _check_dataset_name(parsed)
-    if "RANK" not in os.environ:  # the launcher (or a single process): ranks would see rank 0's own lock
-        from .output_lock import check_output_dir_free
-
-        check_output_dir_free(training.output_dir)
     if model is None:
         return
     from .cost_embedding import check_configured

@@ -1,4 +1,4 @@
-"""The run record's guarantees through the real `trl sft` (issue 38, section 1): a reference folder is identified by
+"""The run record's guarantees through the real `trl sft`: a reference folder is identified by
 its weights, not by the path as typed; a record is validated (its values, a newer version's options) and refused in
 one line naming the record file; a new run never lands in another run's folder unless `--overwrite_run`; a resume
 folder is checked before any model loads; a changed loss keeps the history.

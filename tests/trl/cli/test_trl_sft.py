@@ -424,8 +424,8 @@ def _broken_cost_model(folder: Path, fault: str) -> Path:
 
 
 COST_FAULTS = {
-    "truncated": "model.safetensors is not a readable safetensors file",
-    "corrupt_header": "model.safetensors is not a readable safetensors file",
+    "truncated": "model.safetensors is truncated",
+    "corrupt_header": "model.safetensors has no readable safetensors header",
     "missing_shard": "model-00002-of-00002.safetensors is missing",
     "config_not_json": "config.json is not a readable JSON model config",
 }
