@@ -274,10 +274,12 @@ test-quick: $(CORE_STAMP)
 test-core: $(CORE_STAMP)
 	$(call pytest_run,$(VENV),$(NOT_ENV_MARKED))
 
-# The Axolotl-specific tests, the TRL trainer and CLI tests, plus the loss library (tests/losses/, with the Triton
-# kernels' CPU interpreter tests: Triton is installed here), on the TRL 1.9 / transformers 5.16 stack; one pytest run.
+# The Axolotl-specific tests, the TRL trainer and CLI tests, then the loss library (tests/losses/, with the Triton
+# kernels' CPU interpreter tests: Triton is installed here), on the TRL 1.9 / transformers 5.16 stack. Two pytest runs:
+# the Triton tests need TRITON_INTERPRET=1 before anything imports Triton, and Axolotl imports it.
 test-axolotl: $(AXO_STAMP)
-	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or trl_cli or loss_library)
+	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or trl_cli)
+	$(call pytest_run,$(VENV_AXOLOTL),loss_library)
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)
