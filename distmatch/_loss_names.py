@@ -41,4 +41,7 @@ LOSS_OPTION_NAMES = (
     "anchor_kl_weight",
 )
 #: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).
-RUN_OPTION_NAMES = ("allow_loss_change",)
+RUN_OPTION_NAMES = (
+    "allow_loss_change",
+    "overwrite_run",
+)

@@ -41,7 +41,7 @@ def _tuple(name: str, values: tuple[str, ...], doc: str) -> str:
 def names_module() -> str:
     from trl_ext.losses import LOSS_NAMES
     from trl_ext.losses.registry import OPTIONS
-    from trl_ext.resume import ALLOW_CHANGE
+    from trl_ext.resume import ALLOW_CHANGE, OVERWRITE
 
     return (
         f"# Generated from the loss specs by `{COMMAND}`; do not edit (`--check` compares).\n"
@@ -57,7 +57,7 @@ def names_module() -> str:
         )
         + _tuple(
             "RUN_OPTION_NAMES",
-            (ALLOW_CHANGE,),
+            (ALLOW_CHANGE, OVERWRITE),
             "The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).",
         )
     )

@@ -225,11 +225,11 @@ def test_names_module_is_the_registry_and_imports_nothing() -> None:
     import distmatch_hooks._common as common
     from trl_ext.losses import LOSS_NAMES
     from trl_ext.losses.registry import OPTIONS
-    from trl_ext.resume import ALLOW_CHANGE
+    from trl_ext.resume import ALLOW_CHANGE, OVERWRITE
 
     assert names.LOSS_NAMES == tuple(LOSS_NAMES)
     assert names.LOSS_OPTION_NAMES == tuple(OPTIONS)
-    assert names.RUN_OPTION_NAMES == (ALLOW_CHANGE,)
+    assert names.RUN_OPTION_NAMES == (ALLOW_CHANGE, OVERWRITE)
     assert common.LOSS_OPTION_NAMES is names.LOSS_OPTION_NAMES
     assert common.RUN_OPTION_NAMES is names.RUN_OPTION_NAMES
     tree = ast.parse((REPO / NAMES_MODULE).read_text(encoding="utf-8"))
