@@ -79,15 +79,20 @@ def test_steps_refuse_a_step_without_budget(tmp_path: Path) -> None:
     ]
 
 
-def test_make_test_runs_every_step_with_a_budget() -> None:
-    """`make test` is the step runner over the venv builds, lint, the release check and the five venvs' tests."""
-    done = subprocess.run(
-        ["make", "-n", "--no-print-directory", "test"],
+def _make_dry_run(target: str) -> subprocess.CompletedProcess[str]:
+    """`make -n TARGET` in the repository: the recipes it would run, nothing run."""
+    return subprocess.run(
+        ["make", "-n", "--no-print-directory", target],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_make_test_runs_every_step_with_a_budget() -> None:
+    """`make test` is the step runner over the venv builds, lint, the release check and the five venvs' tests."""
+    done = _make_dry_run("test")
     assert done.returncode == 0, done.stderr
     (runner,) = [line for line in done.stdout.splitlines() if "tools/test_steps.py" in line]
     steps = runner.split("tools/test_steps.py", 1)[1].split()
@@ -192,13 +197,7 @@ def test_quick_selection_leaves_the_marked_tests_out(guarded_tests: Path) -> Non
 
 
 def test_make_test_quick_selects_no_launching_test() -> None:
-    done = subprocess.run(
-        ["make", "-n", "--no-print-directory", "test-quick"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _make_dry_run("test-quick")
     assert done.returncode == 0, done.stderr
     (line,) = [line for line in done.stdout.splitlines() if "-m pytest" in line]
     assert "not launches" in line and "not multiprocess" in line and ".venv/bin/python" in line
