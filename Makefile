@@ -251,7 +251,7 @@ format: $(CORE_STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths). A selection that collects nothing
+# $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths), $(4) environment assignments. A selection that collects nothing
 # (pytest exit code 5) fails: a venv whose tests silently vanished must not pass. Each run uses pytest-xdist's 2
 # workers (one per core, one compute thread each; a module's tests stay on one worker, so its module fixtures run
 # once, and tests/helpers/once.py shares the session's expensive builds between the workers) and lists its 15
@@ -260,7 +260,7 @@ PYTEST_XDIST ?= -n 2 --dist loadscope
 PYTEST_THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 define pytest_run
 	@echo "==> $(1): pytest -m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS)"
-	@rc=0; start=$$(date +%s); $(OFFLINE) $(PYTEST_THREADS) $(1)/bin/python -m pytest $(PYTEST_XDIST) --durations=15 \
+	@rc=0; start=$$(date +%s); $(4) $(OFFLINE) $(PYTEST_THREADS) $(1)/bin/python -m pytest $(PYTEST_XDIST) --durations=15 \
 		-m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "==> $(1): no tests collected for -m '$(2) $(AND_MULTIPROCESS)' $(3)"; fi; \
 	echo "==> $(1): pytest -m '$(2)' $(3) took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
@@ -276,10 +276,12 @@ test-core: $(CORE_STAMP)
 
 # The Axolotl-specific tests, the TRL trainer and CLI tests, then the loss library (tests/losses/, with the Triton
 # kernels' CPU interpreter tests: Triton is installed here), on the TRL 1.9 / transformers 5.16 stack. Two pytest runs:
-# the Triton tests need TRITON_INTERPRET=1 before anything imports Triton, and Axolotl imports it.
+# Triton chooses between compiling and interpreting when it is first imported, and Axolotl and the libraries some
+# loss tests load import it, so the loss library's run sets TRITON_INTERPRET=1 in its environment (this machine has
+# no GPU; tools/gpu_check.sh runs the same tests compiled on CUDA).
 test-axolotl: $(AXO_STAMP)
 	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or trl_cli)
-	$(call pytest_run,$(VENV_AXOLOTL),loss_library)
+	$(call pytest_run,$(VENV_AXOLOTL),loss_library,,TRITON_INTERPRET=1)
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)
