@@ -266,6 +266,7 @@ def main(argv: list[str]) -> None:
             fds,
         ) = argv
         real_root = root_flag == "1"
+        packages = os.pathsep.join(os.path.realpath(p) for p in packages.split(os.pathsep) if p)  # as bound
         with open(os.path.join(host_dir, "program.py"), "rb") as f:
             source = f.read()
         with open(
