@@ -64,6 +64,7 @@ LAUNCHING_PATHS = (
     "eval/lm_eval_tasks",
     "eval/opencompass",
     "eval/test_code_execution.py",
+    "eval/test_code_execution_contracts.py",
     "hooks/test_install_pth.py",
     "project/test_dist.py",
     "project/test_environments.py",
