@@ -40,9 +40,8 @@ def release():
     """Forget and release the locks a test took (the module keeps them for the life of the process)."""
     before = dict(output_lock._HELD)
     yield
-    for key, fd in list(output_lock._HELD.items()):
-        if key not in before:
-            os.close(output_lock._HELD.pop(key))
+    for key in [k for k in output_lock._HELD if k not in before]:
+        os.close(output_lock._HELD.pop(key))
 
 
 def test_within_one_process_the_locked_folder_stays_usable_under_any_spelling(tmp_path, monkeypatch, release):

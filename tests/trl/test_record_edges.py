@@ -23,6 +23,20 @@ from trl_ext.resume import (
     write_record,
 )
 
+
+@pytest.fixture
+def model_folder(tmp_path: Path) -> Path:
+    """A model folder as save_pretrained leaves it, for what the record reads: config.json and a weight file."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "models" / "ref"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"vocab_size": 8}))
+    save_file({"lm_head.weight": torch.arange(16.0).reshape(8, 2)}, str(folder / "model.safetensors"))
+    return folder
+
+
 #: Options of `prob` other than its defaults (q=1, min_p=0, max_p=1): a resume must keep each of them.
 PROB = {"prob_q": 0.5, "prob_min_p": 0.1, "prob_max_p": 0.9}
 
@@ -80,17 +94,19 @@ def test_a_hand_edited_record_value_is_refused_naming_distmatch_json(tmp_path, o
         assert str(folder / "distmatch.json") in str(caught.value) and option in str(caught.value)
 
 
-def test_the_record_stores_the_reference_folder_by_absolute_path_and_weights(models, tmp_path, monkeypatch):
+def test_the_record_stores_the_reference_folder_by_absolute_path_and_weights(
+    model_folder, tmp_path, monkeypatch
+):
     """`anchor_reference` given relative to the working directory: the record holds the absolute folder and each
     weight file's size (the file's size on disk) and hashes."""
-    monkeypatch.chdir(models["plain"].parent)
-    relative = models["plain"].name
+    monkeypatch.chdir(model_folder.parent)
+    relative = model_folder.name
     folder = _checkpoint(tmp_path, loss="asft", options={"anchor_reference": relative})
     recorded = json.loads((folder / "distmatch.json").read_text())["references"]["anchor_reference"]
-    assert recorded["path"] == os.path.realpath(models["plain"])
+    assert recorded["path"] == os.path.realpath(model_folder)
     weights = recorded["weights"]
     assert weights and all(
-        info["size"] == (models["plain"] / name).stat().st_size and len(info["header_sha256"]) == 64
+        info["size"] == (model_folder / name).stat().st_size and len(info["header_sha256"]) == 64
         for name, info in weights.items()
     )
     # another working directory: the same relative name is another (missing) folder
@@ -128,7 +144,7 @@ def test_overwrite_run_removes_the_old_checkpoints_and_record(tmp_path):
     assert check_new_run(out, None, False) == []  # nothing left to refuse
 
 
-def test_a_resume_folder_that_is_not_a_checkpoint_is_refused(models, tmp_path):
+def test_a_resume_folder_that_is_not_a_checkpoint_is_refused(model_folder, tmp_path):
     out = tmp_path / "out"
     good = _checkpoint(out)
     check_checkpoint_folder(str(good), out)
@@ -140,7 +156,7 @@ def test_a_resume_folder_that_is_not_a_checkpoint_is_refused(models, tmp_path):
     with pytest.raises(DistMatchConfigError, match="the output folder itself"):
         check_checkpoint_folder(str(out), out)
     with pytest.raises(DistMatchConfigError, match=r"no trainer_state.json: a model folder\?"):
-        check_checkpoint_folder(str(models["plain"]), out)  # config.json and weights, no trainer state
+        check_checkpoint_folder(str(model_folder), out)  # config.json and weights, no trainer state
 
 
 def _trainer(history: list[dict], step: int, **more) -> SimpleNamespace:
