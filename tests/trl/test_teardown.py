@@ -11,6 +11,12 @@ import pytest
 from trl_ext import teardown
 
 
+@pytest.fixture(autouse=True)
+def no_collection(monkeypatch):
+    """No full garbage collection of the test process's heap (seconds; nothing here holds a process group)."""
+    monkeypatch.setattr(teardown.gc, "collect", lambda *args: 0)
+
+
 @pytest.mark.parametrize("left", [0, 3])
 def test_threads_left_at_exit_are_a_warning_and_none_is_silent(monkeypatch, caplog, capsys, left):
     monkeypatch.setattr(teardown, "communication_threads", lambda: left)
