@@ -115,6 +115,10 @@ LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
         "test_table2_oracle_data_needs_its_files_then_runs_the_same_loop",
     ),
     "trl/test_options.py": ("test_module_prints_the_loss_table_then_the_option_table",),
+    "trl/test_output_lock.py": (
+        "test_another_process_is_refused_while_the_lock_is_held_and_free_after",
+        "test_a_folder_another_process_holds_is_refused_in_one_line",
+    ),
 }
 
 
