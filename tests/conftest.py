@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import launches
 from tests.helpers.cli import WheelVenv, build_wheel_venv
+from tests.helpers.collection import module_could_match
 from tests.helpers.env import OFFLINE_ENV, REPO_ROOT, extensions_dir
 from tests.helpers.once import build_once
 
@@ -101,6 +102,7 @@ LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "losses/test_triton.py": ("test_kernel_compiles_for_an_h100_without_a_gpu",),
     "hooks/test_import_hook.py": ("test_importing_a_hook_imports_only_the_standard_library",),
+    "project/test_collection.py": ("test_the_filter_selects_what_importing_every_module_selects",),
     "project/test_documented_commands.py": (
         "test_make_command_dry_runs",
         "test_make_dry_run_fails_on_an_unknown_target",
@@ -164,6 +166,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         )
 
     items.sort(key=rank)  # stable: the order within a module, and of the other modules, is kept
+
+
+def _relative(path: Path) -> str | None:
+    try:
+        return path.resolve().relative_to(TESTS_DIR).as_posix()
+    except ValueError:
+        return None
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave a test module unimported when none of its tests can match `-m` (tests/helpers/collection.py): each
+    venv's run then imports only the frameworks of the tests it runs."""
+    markexpr = config.getoption("markexpr")
+    if (
+        os.environ.get("DISTMATCH_COLLECT_ALL") == "1"
+    ):  # import every module (tests/project/test_collection.py)
+        return None
+    relative = _relative(collection_path)
+    if (
+        not markexpr
+        or relative is None
+        or not (relative.endswith(".py") and collection_path.name.startswith("test_"))
+    ):
+        return None
+    launching = any(relative == key or relative.startswith(key + "/") for key in LAUNCHING_PATHS)
+    certain = set(folder_markers(collection_path)) | ({launches.MARKER} if launching else set())
+    possible = {launches.MARKER} if relative in LAUNCHING_TESTS else set()
+    return None if module_could_match(collection_path, markexpr, certain, possible) else True
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
