@@ -280,7 +280,7 @@ test-core: $(CORE_STAMP)
 # loss tests load import it, so the loss library's run sets TRITON_INTERPRET=1 in its environment (this machine has
 # no GPU; tools/gpu_check.sh runs the same tests compiled on CUDA).
 test-axolotl: $(AXO_STAMP)
-	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or trl_cli)
+	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or (trl_cli and not one_stack))
 	$(call pytest_run,$(VENV_AXOLOTL),loss_library,,TRITON_INTERPRET=1)
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.

@@ -124,6 +124,61 @@ LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# `one_stack`: command-line refusal variants run on .venv's TRL only, not again on .venv-axolotl's TRL 1.9. Each is a
+# message check on a refusal path (our option, file and record checks, before TRL trains) that the named test runs on
+# every TRL stack; every test that trains, resumes or parses through TRL still runs on both. Test name -> the test
+# that covers its path on TRL 1.9.
+ONE_STACK_TESTS: dict[str, dict[str, str]] = {
+    "trl/cli/test_trl_sft.py": {
+        "test_trl_sft_refuses_settings_that_would_train_something_else[option_of_another_loss]": "[option_without_loss]",
+        "test_trl_sft_refuses_settings_that_would_train_something_else[cost_embedding_path]": "[option_without_loss]",
+        "test_trl_sft_refuses_settings_that_would_train_something_else[reference_without_anchored_loss]": "[bad_beta]",
+        "test_trl_sft_unknown_loss_lists_the_choices[yaml]": "test_trl_sft_yaml_loss_with_another_loss_type_is_refused",
+        "test_damaged_cost_embedding_files_are_refused_before_loading[corrupt_header]": "[truncated]",
+        "test_damaged_cost_embedding_files_are_refused_before_loading[missing_shard]": "[truncated]",
+        "test_damaged_cost_embedding_files_are_refused_before_loading[config_not_json]": "[truncated]",
+        "test_cost_embedding_with_another_vocabulary_is_refused_while_parsing[distmatch-trl]": "[trl]",
+        "test_reference_with_another_vocabulary_is_refused_while_parsing": "test_cost_embedding_with_another_vocabulary_"
+        "is_refused_while_parsing[trl]",
+    },
+    "trl/cli/test_trl_records.py": {
+        "test_a_newer_versions_unknown_option_is_refused": "test_a_relative_reference_that_is_another_model_on_resume_"
+        "is_refused",
+        "test_a_hand_edited_record_value_is_refused_naming_the_record[0]": "test_a_relative_reference_that_is_another_"
+        "model_on_resume_is_refused",
+        "test_a_hand_edited_record_value_is_refused_naming_the_record[abc]": "the same",
+        "test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading[missing]": "[model]",
+        "test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading[output]": "[model]",
+        "test_a_reference_folder_without_complete_weights_is_refused_while_parsing[no_weights-anchor_reference]": (
+            "[truncated-anchor_reference]"
+        ),
+        "test_a_reference_folder_without_complete_weights_is_refused_while_parsing[no_weights-emo_cost_embedding]": (
+            "[truncated-anchor_reference]"
+        ),
+        "test_a_reference_folder_without_complete_weights_is_refused_while_parsing[truncated-emo_cost_embedding]": (
+            "[truncated-anchor_reference]"
+        ),
+        "test_options_that_train_nothing_or_overflow_are_refused[equal_p_bounds]": (
+            "test_trl_sft.py::test_trl_sft_refuses_settings_that_would_train_something_else[bad_beta]"
+        ),
+        "test_options_that_train_nothing_or_overflow_are_refused[prob_q_overflow]": (
+            "test_trl_sft.py::test_trl_sft_refuses_settings_that_would_train_something_else[bad_beta]"
+        ),
+        "test_options_that_train_nothing_or_overflow_are_refused[kl_weight_overflow]": (
+            "test_trl_sft.py::test_trl_sft_refuses_settings_that_would_train_something_else[bad_beta]"
+        ),
+    },
+    "trl/cli/test_trl_resume.py": {
+        "test_resume_with_another_loss_is_refused[distmatch-trl]": "[trl]",
+        "test_resume_with_other_options_is_refused": "test_resume_with_another_loss_is_refused[trl]",
+    },
+    "trl/cli/test_offline_example.py": {
+        "test_a_data_file_as_dataset_name_is_refused_before_launch": "test_the_printed_trl_command_trains_on_cpu (the "
+        "example's own check, before TRL)",
+    },
+}
+
+
 def launches_marked(path: Path, name: str) -> bool:
     """Whether the test `name` (its function's name) in `path` is listed as starting other programs."""
     try:
@@ -192,7 +247,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     launching = any(relative == key or relative.startswith(key + "/") for key in LAUNCHING_PATHS)
     certain = set(folder_markers(collection_path)) | ({launches.MARKER} if launching else set())
+    # The marks pytest_itemcollected adds to single tests.
     possible = {launches.MARKER} if relative in LAUNCHING_TESTS else set()
+    possible |= {"one_stack"} if relative in ONE_STACK_TESTS else set()
     return None if module_could_match(collection_path, markexpr, certain, possible) else True
 
 
@@ -201,6 +258,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(name)
     if launches_marked(item.path, getattr(item, "originalname", item.name)):
         item.add_marker(launches.MARKER)
+    if item.name in ONE_STACK_TESTS.get(_relative(item.path) or "", {}):
+        item.add_marker("one_stack")
 
 
 # `launches`: a test that starts another program must carry the marker (tests/helpers/launches.py); with

@@ -7,7 +7,8 @@ is left uncollected only when no test in it can match the expression, whatever m
 * `certain`: the marks every test of the module gets from tests/conftest.py (its folder's markers; `launches` for a
   launching path);
 * `possible`: the marks some of its tests may carry: every `mark.<name>` written in the module's source (module
-  `pytestmark`, decorators, `pytest.param(marks=...)`), and `launches` where single tests are listed as launching.
+  `pytestmark`, decorators, `pytest.param(marks=...)`), and the marks tests/conftest.py adds to single tests
+  (`launches` for LAUNCHING_TESTS, `one_stack` for ONE_STACK_TESTS).
 
 The expression is evaluated for `certain` plus every subset of `possible`; if none matches, the module is skipped.
 A module that uses marks in another way (built at run time) is always collected: see `DYNAMIC_MARKS`.

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.conftest import ONE_STACK_TESTS
 from tests.helpers.collection import could_match, marks_named_in
 from tests.helpers.env import REPO_ROOT
 
@@ -61,3 +62,6 @@ def test_the_filter_selects_what_importing_every_module_selects() -> None:
     assert any("test_environments.py" in nodeid for nodeid in filtered)  # its one `axolotl_env` test
     assert any(nodeid.startswith("tests/trl/cli/") for nodeid in filtered)
     assert filtered == _collected(markexpr, collect_all=True)
+    # every test ONE_STACK_TESTS names exists (a renamed one would silently run on TRL 1.9 again)
+    named = {f"tests/{path}::{name}" for path, names in ONE_STACK_TESTS.items() for name in names}
+    assert named <= set(filtered), sorted(named - set(filtered))

@@ -202,6 +202,7 @@ def test_a_reference_folder_without_complete_weights_is_refused_while_parsing(
             "anchor_kl_weight=1e+30 is invalid; expected a number",
         ),
     ],
+    ids=["equal_p_bounds", "prob_q_overflow", "kl_weight_overflow"],
 )
 def test_options_that_train_nothing_or_overflow_are_refused(wheel_venv, run, tmp_path, flags, expected):
     out = run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, tmp_path / "out", 1)], tmp_path)
