@@ -23,7 +23,7 @@ too when not run as root; then ``pivot_root`` into a root built for it, the host
 * ``/etc`` with only ``passwd``, ``group``, ``hosts`` (written for the sandbox), ``ld.so.cache`` and ``localtime``;
   ``/dev`` with only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and links; a read-only ``/proc`` of its
   own PID namespace (only the sandbox's processes);
-* its scratch folder ``/tmp/distmatch-sandbox-*`` (working directory, ``HOME``, ``TMPDIR``, ``/dev/shm``): the only
+* its scratch folder ``/tmp/distmatch-sandbox-<pid>-*`` (``<pid>``: the evaluating process; working directory, ``HOME``, ``TMPDIR``, ``/dev/shm``): the only
   writable place, a tmpfs of its own capped at ``SandboxLimits.scratch_mb`` and 4,096 files; gone with the sandbox.
 
 Nothing else exists there: not the host's ``/tmp``, ``/run``, ``/var``, ``/home``, ``/root``, the project, any
@@ -92,6 +92,14 @@ ALLOW_ENV = "DISTMATCH_ALLOW_CODE_EXECUTION"
 #: Environment variable naming the interpreter the programs run with (default: see :func:`_interpreter`).
 PYTHON_ENV = "DISTMATCH_SANDBOX_PYTHON"
 SCRATCH_PREFIX = "distmatch-sandbox-"
+
+
+def scratch_prefix() -> str:
+    """The name prefix of this process's scratch folders, ``distmatch-sandbox-<pid>-``: a folder names the process
+    that evaluates, so a left-over one is traced to its run, and runs side by side tell their own apart."""
+    return f"{SCRATCH_PREFIX}{os.getpid()}-"
+
+
 #: The longest time limit of one program, in seconds (``timeout_s``, the code tasks' ``code_timeout``).
 MAX_TIMEOUT_S = 600
 #: Bytes of the program's stderr kept (its last ones); its stdout is read and dropped.
@@ -354,7 +362,7 @@ def execute(
     limits = limits or SandboxLimits()
     real_root = os.geteuid() == 0
     nonce = secrets.token_hex(16).encode("ascii")
-    host_dir = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+    host_dir = tempfile.mkdtemp(prefix=scratch_prefix())
     fds: list[int] = []
     proc: subprocess.Popen[bytes] | None = None
     try:

@@ -38,11 +38,13 @@ FIXTURES = Path(__file__).parent / "fixtures" / "code"
 
 
 def _scratch_folders() -> set[str]:
-    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.SCRATCH_PREFIX)}
+    """This process's scratch folders: other sandboxes may run beside the test (the other xdist worker, lm-eval's
+    code tasks, a parallel mutants job), and their folders come and go on their own."""
+    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.scratch_prefix())}
 
 
 def _sandbox_processes() -> list[str]:
-    """Host processes running a sandboxed program (their command line names a scratch folder's program.py)."""
+    """Host processes running a sandboxed program of this process (their command line names its scratch folder)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -50,7 +52,7 @@ def _sandbox_processes() -> list[str]:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if ce.SCRATCH_PREFIX.encode() in cmdline and b"program.py" in cmdline:
+            if ce.scratch_prefix().encode() in cmdline and b"program.py" in cmdline:
                 found.append(f"{entry}: {cmdline!r}")
     return found
 

@@ -28,9 +28,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def _no_scratch_left():
-    before = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.SCRATCH_PREFIX)}
+    before = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.scratch_prefix())}
     yield
-    after = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.SCRATCH_PREFIX)}
+    after = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.scratch_prefix())}
     assert after - before == set()
 
 
