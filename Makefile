@@ -251,8 +251,8 @@ format: $(CORE_STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths), $(4) environment assignments. A selection that collects nothing
-# (pytest exit code 5) fails: a venv whose tests silently vanished must not pass. Each run uses pytest-xdist's 2
+# $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths), $(4) environment assignments. A selection
+# that collects nothing (pytest exit code 5) fails: a venv whose tests silently vanished must not pass. Each run uses pytest-xdist's 2
 # workers (one per core, one compute thread each; a module's tests stay on one worker, so its module fixtures run
 # once, and tests/helpers/once.py shares the session's expensive builds between the workers) and lists its 15
 # slowest tests.

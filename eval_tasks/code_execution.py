@@ -23,8 +23,9 @@ too when not run as root; then ``pivot_root`` into a root built for it, the host
 * ``/etc`` with only ``passwd``, ``group``, ``hosts`` (written for the sandbox), ``ld.so.cache`` and ``localtime``;
   ``/dev`` with only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and links; a read-only ``/proc`` of its
   own PID namespace (only the sandbox's processes);
-* its scratch folder ``/tmp/distmatch-sandbox-<pid>-*`` (``<pid>``: the evaluating process; working directory, ``HOME``, ``TMPDIR``, ``/dev/shm``): the only
-  writable place, a tmpfs of its own capped at ``SandboxLimits.scratch_mb`` and 4,096 files; gone with the sandbox.
+* its scratch folder ``/tmp/distmatch-sandbox-<pid>-*`` (``<pid>``: the evaluating process; working directory,
+  ``HOME``, ``TMPDIR``, ``/dev/shm``): the only writable place, a tmpfs of its own capped at
+  ``SandboxLimits.scratch_mb`` and 4,096 files; gone with the sandbox.
 
 Nothing else exists there: not the host's ``/tmp``, ``/run``, ``/var``, ``/home``, ``/root``, the project, any
 Unix-domain socket file or other ``/etc`` file. **No network**: the network namespace has only a loopback that is

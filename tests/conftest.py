@@ -8,6 +8,7 @@ may hold files of the same name. Shared helpers: `from tests.helpers.tiny_model 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -43,13 +44,25 @@ FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
 TESTS_DIR = Path(__file__).resolve().parent
 
 
+def _relative(path: Path) -> str | None:
+    """`path` relative to tests/ (POSIX form); None outside tests/."""
+    try:
+        return path.resolve().relative_to(TESTS_DIR).as_posix()
+    except ValueError:
+        return None
+
+
+def _listed(relative: str, keys: Iterable[str]) -> list[str]:
+    """The keys (paths under tests/, folders or files) that are `relative` or a folder holding it."""
+    return [key for key in keys if relative == key or relative.startswith(key + "/")]
+
+
 def folder_markers(path: Path) -> tuple[str, ...]:
     """The FOLDER_MARKERS entry for a test file: its longest matching path under tests/ (none outside tests/)."""
-    try:
-        relative = path.resolve().relative_to(TESTS_DIR).as_posix()
-    except ValueError:
+    relative = _relative(path)
+    if relative is None:
         return ()
-    matches = [key for key in FOLDER_MARKERS if relative == key or relative.startswith(key + "/")]
+    matches = _listed(relative, FOLDER_MARKERS)
     return FOLDER_MARKERS[max(matches, key=len)] if matches else ()
 
 
@@ -181,13 +194,10 @@ ONE_STACK_TESTS: dict[str, dict[str, str]] = {
 
 def launches_marked(path: Path, name: str) -> bool:
     """Whether the test `name` (its function's name) in `path` is listed as starting other programs."""
-    try:
-        relative = path.resolve().relative_to(TESTS_DIR).as_posix()
-    except ValueError:
+    relative = _relative(path)
+    if relative is None:
         return False
-    if any(relative == key or relative.startswith(key + "/") for key in LAUNCHING_PATHS):
-        return True
-    return name in LAUNCHING_TESTS.get(relative, ())
+    return bool(_listed(relative, LAUNCHING_PATHS)) or name in LAUNCHING_TESTS.get(relative, ())
 
 
 # The longest modules (minutes each: multi-process runs, many `trl sft` / `lm_eval` launches) are handed out first, so
@@ -212,10 +222,7 @@ SLOW_MODULES_FIRST = (
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
-        try:
-            relative = item.path.resolve().relative_to(TESTS_DIR).as_posix()
-        except ValueError:
-            return len(SLOW_MODULES_FIRST)
+        relative = _relative(item.path)
         return (
             SLOW_MODULES_FIRST.index(relative) if relative in SLOW_MODULES_FIRST else len(SLOW_MODULES_FIRST)
         )
@@ -223,29 +230,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)  # stable: the order within a module, and of the other modules, is kept
 
 
-def _relative(path: Path) -> str | None:
-    try:
-        return path.resolve().relative_to(TESTS_DIR).as_posix()
-    except ValueError:
-        return None
-
-
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Leave a test module unimported when none of its tests can match `-m` (tests/helpers/collection.py): each
     venv's run then imports only the frameworks of the tests it runs."""
     markexpr = config.getoption("markexpr")
-    if (
-        os.environ.get("DISTMATCH_COLLECT_ALL") == "1"
-    ):  # import every module (tests/project/test_collection.py)
+    # DISTMATCH_COLLECT_ALL=1 imports every module (tests/project/test_collection.py compares the two).
+    if not markexpr or os.environ.get("DISTMATCH_COLLECT_ALL") == "1":
         return None
     relative = _relative(collection_path)
-    if (
-        not markexpr
-        or relative is None
-        or not (relative.endswith(".py") and collection_path.name.startswith("test_"))
-    ):
+    if relative is None or not (relative.endswith(".py") and collection_path.name.startswith("test_")):
         return None
-    launching = any(relative == key or relative.startswith(key + "/") for key in LAUNCHING_PATHS)
+    launching = bool(_listed(relative, LAUNCHING_PATHS))
     certain = set(folder_markers(collection_path)) | ({launches.MARKER} if launching else set())
     # The marks pytest_itemcollected adds to single tests.
     possible = {launches.MARKER} if relative in LAUNCHING_TESTS else set()
