@@ -159,7 +159,8 @@ ONE_STACK_TESTS: dict[str, dict[str, str]] = {
         "is_refused",
         "test_a_hand_edited_record_value_is_refused_naming_the_record[0]": "test_a_relative_reference_that_is_another_"
         "model_on_resume_is_refused",
-        "test_a_hand_edited_record_value_is_refused_naming_the_record[abc]": "the same",
+        "test_a_hand_edited_record_value_is_refused_naming_the_record[abc]": "test_a_relative_reference_that_is_another_"
+        "model_on_resume_is_refused",
         "test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading[missing]": "[model]",
         "test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading[output]": "[model]",
         "test_a_reference_folder_without_complete_weights_is_refused_while_parsing[no_weights-anchor_reference]": (
