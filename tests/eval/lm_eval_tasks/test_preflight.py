@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.eval.lm_eval_tasks.helpers import _check, _model_args, _run
+from tests.helpers.warm_cli import WarmCli
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +25,16 @@ pytestmark = pytest.mark.slow
     ],
 )
 def test_bad_task_options_refused_before_the_model_loads(
-    wheel_python: Path, workdir: Path, env: dict[str, str], metadata: dict[str, Any], expected: str
+    wheel_python: Path,
+    warm_cli: WarmCli,
+    workdir: Path,
+    env: dict[str, str],
+    metadata: dict[str, Any],
+    expected: str,
 ) -> None:
     cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
     cmd += ["--tasks", "distmatch_sst2", "--device", "cpu", "--metadata", json.dumps(metadata)]
-    proc = _run(cmd, env, workdir)
+    proc = warm_cli.run_in(cmd, workdir, env)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
     (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
@@ -98,6 +104,7 @@ def test_options_a_task_does_not_read_table_checks() -> None:
 )
 def test_options_a_task_does_not_read_refused_before_the_model_loads(
     wheel_python: Path,
+    warm_cli: WarmCli,
     workdir: Path,
     env: dict[str, str],
     tmp_path: Path,
@@ -110,7 +117,9 @@ def test_options_a_task_does_not_read_refused_before_the_model_loads(
     missing_model = tmp_path / "no_such_model"
     cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf"]
     cmd += ["--model_args", f"pretrained={missing_model},dtype=float32", "--tasks", tasks, "--device", "cpu"]
-    proc = _run(cmd + ["--metadata", json.dumps(metadata)], env, workdir)
+    cmd += ["--metadata", json.dumps(metadata)]
+    # the control loads the model (and fails there): a cold start, as every command beyond a refusal
+    proc = _run(cmd, env, workdir) if expected is None else warm_cli.run_in(cmd, workdir, env)
     output = proc.stdout + proc.stderr
     if (
         expected is None
@@ -146,11 +155,11 @@ def test_python_api_refusal_is_an_exception(wheel_python: Path, workdir: Path, e
 
 
 def test_missing_local_data_listed_all_at_once(
-    wheel_python: Path, workdir: Path, env: dict[str, str], tmp_path: Path
+    wheel_python: Path, warm_cli: WarmCli, workdir: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
     cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
     cmd += ["--tasks", "distmatch_nlu,distmatch_ifeval", "--device", "cpu"]
-    proc = _run(cmd, dict(env, DISTMATCH_EVAL_DATA_DIR=str(tmp_path)), workdir)
+    proc = warm_cli.run_in(cmd, workdir, dict(env, DISTMATCH_EVAL_DATA_DIR=str(tmp_path)))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
     (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
@@ -187,6 +196,7 @@ def test_missing_local_data_listed_all_at_once(
 )
 def test_missing_models_and_the_code_confirmation_refused_at_preflight(
     wheel_python: Path,
+    warm_cli: WarmCli,
     workdir: Path,
     env: dict[str, str],
     tasks: str,
@@ -197,7 +207,7 @@ def test_missing_models_and_the_code_confirmation_refused_at_preflight(
     """Found before the model loads (they were found only after all generation, or after loading the model)."""
     cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
     cmd += ["--tasks", tasks, "--device", "cpu", "--metadata", json.dumps(metadata), *extra]
-    proc = _run(cmd, dict(env, HF_HUB_OFFLINE="1"), workdir)
+    proc = warm_cli.run_in(cmd, workdir, dict(env, HF_HUB_OFFLINE="1"))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
     (line,) = [line for line in output.splitlines() if line.startswith("error: ")]

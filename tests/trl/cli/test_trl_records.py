@@ -77,10 +77,10 @@ def test_the_record_identifies_the_reference_by_path_and_weights(run):
     ]  # fmt: skip
 
 
-def test_a_relative_reference_that_is_another_model_on_resume_is_refused(wheel_venv, run, tmp_path):
+def test_a_relative_reference_that_is_another_model_on_resume_is_refused(wheel_venv, warm_cli, run, tmp_path):
     """Resumed from `b/`, `refdir` is another model: refused, naming both folders and the record."""
     resume = ["--resume_from_checkpoint", str(run["checkpoint"])]
-    out = run_cli(
+    out = warm_cli.run(
         [wheel_venv.trl, "sft", *resume, *tiny_sft_args(run, tmp_path / "out", 2)], run["base"] / "b"
     )
     line = _one_line_error(out)
@@ -89,10 +89,10 @@ def test_a_relative_reference_that_is_another_model_on_resume_is_refused(wheel_v
     assert not (tmp_path / "out").exists()
 
 
-def test_a_newer_versions_unknown_option_is_refused(wheel_venv, run, tmp_path):
+def test_a_newer_versions_unknown_option_is_refused(wheel_venv, warm_cli, run, tmp_path):
     checkpoint = _edited_checkpoint(run, tmp_path, distmatch_version="9.9.9", options={"asft_future": 1})
     resume = ["--resume_from_checkpoint", str(checkpoint)]
-    out = run_cli(
+    out = warm_cli.run(
         [wheel_venv.trl, "sft", *resume, *tiny_sft_args(run, tmp_path / "out", 2)], run["base"] / "a"
     )
     line = _one_line_error(out)
@@ -100,10 +100,10 @@ def test_a_newer_versions_unknown_option_is_refused(wheel_venv, run, tmp_path):
 
 
 @pytest.mark.parametrize("value", [0, "abc"])
-def test_a_hand_edited_record_value_is_refused_naming_the_record(wheel_venv, run, tmp_path, value):
+def test_a_hand_edited_record_value_is_refused_naming_the_record(wheel_venv, warm_cli, run, tmp_path, value):
     checkpoint = _edited_checkpoint(run, tmp_path, loss="gem_ls", options={"gem_beta": value})
     resume = ["--resume_from_checkpoint", str(checkpoint)]
-    out = run_cli(
+    out = warm_cli.run(
         [wheel_venv.trl, "sft", *resume, *tiny_sft_args(run, tmp_path / "out", 2)], run["base"] / "a"
     )
     line = _one_line_error(out)
@@ -111,7 +111,9 @@ def test_a_hand_edited_record_value_is_refused_naming_the_record(wheel_venv, run
 
 
 @pytest.mark.parametrize("where", ["model", "missing", "output"])
-def test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading(wheel_venv, run, tmp_path, where):
+def test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading(
+    wheel_venv, warm_cli, run, tmp_path, where
+):
     out_dir = tmp_path / "out"
     folder = {"model": run["model"], "missing": tmp_path / "nowhere", "output": out_dir}[where]
     if where == "output":
@@ -119,7 +121,7 @@ def test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading(wheel_v
             run["checkpoint"], out_dir
         )  # a folder with trainer_state.json, given as the output too
     flags = ["--loss", "asft", "--resume_from_checkpoint", str(folder)]
-    out = run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, out_dir, 2)], run["base"] / "a")
+    out = warm_cli.run([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, out_dir, 2)], run["base"] / "a")
     line = _one_line_error(out)
     expected = {
         "model": "no trainer_state.json",
@@ -130,9 +132,11 @@ def test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading(wheel_v
     assert "Loading" not in out.stderr
 
 
-def test_a_new_run_into_a_recorded_folder_is_refused(wheel_venv, run):
+def test_a_new_run_into_a_recorded_folder_is_refused(wheel_venv, warm_cli, run):
     flags = ["--loss", "gem_ls"]
-    out = run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, run["first"], 1)], run["base"] / "a")
+    out = warm_cli.run(
+        [wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, run["first"], 1)], run["base"] / "a"
+    )
     line = _one_line_error(out)
     assert f"output_dir={str(run['first'])!r}" in line and "loss=asft" in line, line
     assert "resume_from_checkpoint" in line and "overwrite_run" in line, line
@@ -170,7 +174,7 @@ def test_a_loss_change_keeps_the_history_in_the_record_and_the_card(wheel_venv, 
 @pytest.mark.parametrize("option", ["anchor_reference", "emo_cost_embedding"])
 @pytest.mark.parametrize("damage", ["no_weights", "truncated"])
 def test_a_reference_folder_without_complete_weights_is_refused_while_parsing(
-    wheel_venv, run, tmp_path, option, damage
+    wheel_venv, warm_cli, run, tmp_path, option, damage
 ):
     folder = shutil.copytree(run["model"], tmp_path / "ref")
     (weights,) = folder.glob("*.safetensors")
@@ -179,7 +183,7 @@ def test_a_reference_folder_without_complete_weights_is_refused_while_parsing(
     else:
         weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     flags = ["--loss", "asft" if option == "anchor_reference" else "emo", f"--{option}", str(folder)]
-    out = run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, tmp_path / "out", 1)], tmp_path)
+    out = warm_cli.run([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, tmp_path / "out", 1)], tmp_path)
     line = _one_line_error(out)
     expected = "has no weight file" if damage == "no_weights" else "model.safetensors is truncated"
     assert line.startswith(f"error: {option}={str(folder)!r}") and expected in line, line
@@ -204,8 +208,10 @@ def test_a_reference_folder_without_complete_weights_is_refused_while_parsing(
     ],
     ids=["equal_p_bounds", "prob_q_overflow", "kl_weight_overflow"],
 )
-def test_options_that_train_nothing_or_overflow_are_refused(wheel_venv, run, tmp_path, flags, expected):
-    out = run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, tmp_path / "out", 1)], tmp_path)
+def test_options_that_train_nothing_or_overflow_are_refused(
+    wheel_venv, warm_cli, run, tmp_path, flags, expected
+):
+    out = warm_cli.run([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, tmp_path / "out", 1)], tmp_path)
     line = _one_line_error(out)
     assert expected in line, line
     assert not (tmp_path / "out").exists()

@@ -89,10 +89,10 @@ def test_resume_without_loss_continues_with_the_recorded_loss(wheel_venv, tiny, 
 
 
 @pytest.mark.parametrize("command", ["trl", "distmatch-trl"])
-def test_resume_with_another_loss_is_refused(wheel_venv, tiny, tmp_path, command):
+def test_resume_with_another_loss_is_refused(wheel_venv, warm_cli, tiny, tmp_path, command):
     program = wheel_venv.trl if command == "trl" else wheel_venv.distmatch_trl
     resume = ["--resume_from_checkpoint", str(tiny["checkpoint"])]
-    out = run_cli(
+    out = warm_cli.run(
         [program, "sft", "--loss", "gem_ls", *resume, *tiny_sft_args(tiny, tmp_path / "out", 2)], tmp_path
     )
     line = _one_line_error(out)
@@ -101,11 +101,11 @@ def test_resume_with_another_loss_is_refused(wheel_venv, tiny, tmp_path, command
     assert not (tmp_path / "out").exists()  # refused while parsing: nothing loaded, nothing trained
 
 
-def test_resume_with_other_options_is_refused(wheel_venv, tiny, tmp_path):
+def test_resume_with_other_options_is_refused(wheel_venv, warm_cli, tiny, tmp_path):
     resume = ["--resume_from_checkpoint", str(tiny["checkpoint"])]
     flags = ["--loss", "emo", "--emo_weighting", "emo2", *resume]
     line = _one_line_error(
-        run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(tiny, tmp_path / "o", 2)], tmp_path)
+        warm_cli.run([wheel_venv.trl, "sft", *flags, *tiny_sft_args(tiny, tmp_path / "o", 2)], tmp_path)
     )
     assert "emo_weighting='emo1'" in line and "emo_weighting='emo2'" in line, line
 

@@ -248,12 +248,12 @@ def test_trl_sft_config_yaml_through_the_hook(wheel_venv, tiny, tmp_path):
 
 
 @pytest.mark.parametrize("where", ["flag", "yaml"])
-def test_trl_sft_unknown_loss_lists_the_choices(wheel_venv, tiny, tmp_path, where):
+def test_trl_sft_unknown_loss_lists_the_choices(wheel_venv, warm_cli, tiny, tmp_path, where):
     from trl_ext.config import LOSS_CHOICES
 
     (tmp_path / "bad.yaml").write_text("loss: bogus\n")
     bad = ["--loss", "bogus"] if where == "flag" else ["--config", "bad.yaml"]
-    out = run_cli([wheel_venv.trl, "sft", *bad, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = warm_cli.run([wheel_venv.trl, "sft", *bad, *_train_args(tiny, tmp_path / "out")], tmp_path)
     assert out.returncode != 0
     message = (
         "argument --loss: invalid choice: 'bogus'" if where == "flag" else "loss='bogus' is not a known loss"
@@ -274,8 +274,8 @@ def test_plain_trl_sft_is_unchanged(wheel_venv, tiny, tmp_path):
     assert all("ce" not in entry and "demd" not in entry for entry in logs)  # TRL's own trainer and metrics
 
 
-def test_hook_switched_off_fails_like_upstream_trl(wheel_venv, tiny, tmp_path):
-    out = run_cli(
+def test_hook_switched_off_fails_like_upstream_trl(wheel_venv, warm_cli, tiny, tmp_path):
+    out = warm_cli.run(
         [wheel_venv.trl, "sft", "--loss", "emo", *_train_args(tiny, tmp_path / "out")],
         tmp_path,
         DISTMATCH_TRL_HOOK="0",
@@ -383,17 +383,17 @@ REFUSED = {
 
 
 @pytest.mark.parametrize("case", list(REFUSED))
-def test_trl_sft_refuses_settings_that_would_train_something_else(wheel_venv, tiny, tmp_path, case):
+def test_trl_sft_refuses_settings_that_would_train_something_else(wheel_venv, warm_cli, tiny, tmp_path, case):
     flags, expected = REFUSED[case]
-    out = run_cli([wheel_venv.trl, "sft", *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = warm_cli.run([wheel_venv.trl, "sft", *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
     line = _one_line_error(out)
     assert all(part in line for part in expected), line
     assert "Loading" not in out.stderr and not (tmp_path / "out").exists()  # before the model or any output
 
 
-def test_trl_sft_yaml_loss_with_another_loss_type_is_refused(wheel_venv, tiny, tmp_path):
+def test_trl_sft_yaml_loss_with_another_loss_type_is_refused(wheel_venv, warm_cli, tiny, tmp_path):
     (tmp_path / "c.yaml").write_text("loss: gem_ls\nloss_type: dft\n")
-    out = run_cli(
+    out = warm_cli.run(
         [wheel_venv.trl, "sft", "--config", "c.yaml", *_train_args(tiny, tmp_path / "out")], tmp_path
     )
     assert "loss_type='dft'" in _one_line_error(out)
@@ -432,12 +432,12 @@ COST_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(COST_FAULTS))
-def test_damaged_cost_embedding_files_are_refused_before_loading(wheel_venv, tiny, tmp_path, fault):
+def test_damaged_cost_embedding_files_are_refused_before_loading(wheel_venv, warm_cli, tiny, tmp_path, fault):
     """EMO's cost model is checked down to the header of the tensor it reads: one line naming the setting and the
     damaged file, exit 2, before the training model is loaded or anything is written."""
     other = _broken_cost_model(tmp_path / "cost", fault)
     flags = ["sft", "--loss", "emo", "--emo_cost_embedding", str(other)]
-    out = run_cli([wheel_venv.trl, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = warm_cli.run([wheel_venv.trl, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
     line = _one_line_error(out)
     assert out.returncode == 2, tail(out)
     assert line.startswith(f"error: emo_cost_embedding={str(other)!r}") and COST_FAULTS[fault] in line, line
@@ -445,12 +445,14 @@ def test_damaged_cost_embedding_files_are_refused_before_loading(wheel_venv, tin
 
 
 @pytest.mark.parametrize("command", ["trl", "distmatch-trl"])
-def test_cost_embedding_with_another_vocabulary_is_refused_while_parsing(wheel_venv, tiny, tmp_path, command):
+def test_cost_embedding_with_another_vocabulary_is_refused_while_parsing(
+    wheel_venv, warm_cli, tiny, tmp_path, command
+):
     """Found from the two config.json files right after parsing, before anything is launched or loaded."""
     other = build_tiny_llama(tmp_path / "other", vocab_size=280)
     program = wheel_venv.trl if command == "trl" else wheel_venv.distmatch_trl
     flags = ["sft", "--loss", "emo", "--emo_cost_embedding", str(other)]
-    out = run_cli([program, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = warm_cli.run([program, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
     line = _one_line_error(out)
     prefix = "error: " if command == "trl" else "distmatch-trl: error: "
     assert line.startswith(prefix + f"emo_cost_embedding={str(other)!r}") and "vocabulary of 280" in line, (
@@ -472,10 +474,10 @@ def test_trl_sft_asft_with_another_checkpoint_as_the_reference(wheel_venv, tiny,
     assert all(entry["kl"] > 1e-4 for entry in logs), logs
 
 
-def test_reference_with_another_vocabulary_is_refused_while_parsing(wheel_venv, tiny, tmp_path):
+def test_reference_with_another_vocabulary_is_refused_while_parsing(wheel_venv, warm_cli, tiny, tmp_path):
     other = build_tiny_llama(tmp_path / "other", vocab_size=280)
     flags = ["sft", "--loss", "sft_kl", "--anchor_reference", str(other)]
-    out = run_cli([wheel_venv.trl, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = warm_cli.run([wheel_venv.trl, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
     line = _one_line_error(out)
     assert line.startswith(f"error: anchor_reference={str(other)!r}") and "vocabulary of 280" in line, line
     assert "Loading" not in out.stderr and not (tmp_path / "out").exists()

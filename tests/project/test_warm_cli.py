@@ -1,0 +1,96 @@
+"""tests/helpers/warm_cli.py: a command forked from the warm interpreter ends as the same command started cold (exit
+status, output, `sys.argv`, environment, working folder, `sys.excepthook`, `atexit`), and a difference is caught."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import cli_env
+from tests.helpers.warm_cli import WarmCli
+
+#: a console script of this interpreter; what it does depends on its first argument
+SCRIPT = """#!{python}
+import atexit, os, sys
+sys.path.insert(0, {repo!r})
+from distmatch.errors import DistMatchConfigError, print_config_errors_as_one_line
+
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "env", os.environ.get("WARM_TEST"), "main", __name__)
+atexit.register(lambda: print("atexit ran"))
+what = sys.argv[1]
+if what == "exit3":
+    sys.exit(3)
+if what == "message":
+    sys.exit("a message on stderr")
+if what == "raise":
+    raise ValueError("boom")
+if what == "refuse":
+    print_config_errors_as_one_line()
+    raise DistMatchConfigError("gem_beta=0 is invalid")
+"""
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> WarmCli:
+    cli = WarmCli(Path(sys.executable), tmp_path_factory.mktemp("warm"), preload=("json",), hooked=("trl",))
+    yield cli
+    cli.close()
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    from tests.helpers.env import REPO_ROOT
+
+    path = tmp_path / "tool"
+    path.write_text(SCRIPT.format(python=sys.executable, repo=str(REPO_ROOT)))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("what", "status", "in_stdout", "in_stderr"),
+    [
+        ("ok", 0, "atexit ran", ""),
+        ("exit3", 3, "atexit ran", ""),
+        ("message", 1, "argv ['message']", "a message on stderr"),
+        ("raise", 1, "atexit ran", "ValueError: boom"),
+        ("refuse", 2, "atexit ran", "error: gem_beta=0 is invalid"),
+    ],
+)
+def test_a_warm_run_ends_as_a_cold_run(warm, script, tmp_path, what, status, in_stdout, in_stderr):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    hot = warm.run([script, what], folder, WARM_TEST="x")
+    cold = subprocess.run(
+        [str(script), what], cwd=folder, capture_output=True, text=True, env=cli_env(folder, WARM_TEST="x")
+    )
+    assert hot.returncode == cold.returncode == status, (hot, cold)
+    assert f"cwd {folder} env x main __main__" in hot.stdout and in_stdout in hot.stdout, hot.stdout
+    assert hot.stdout == cold.stdout and in_stderr in hot.stderr and in_stderr in cold.stderr, (hot, cold)
+    if what == "refuse":
+        assert (
+            "Traceback" not in hot.stderr
+            and hot.stderr.strip().splitlines()[-1] == "error: gem_beta=0 is invalid"
+        )
+
+
+def test_python_dash_m_and_dash_c(warm, tmp_path):
+    hot = warm.run([sys.executable, "-c", "import sys; print(sys.argv); sys.exit(5)", "a"], tmp_path)
+    assert (hot.returncode, hot.stdout.strip()) == (5, "['-c', 'a']")
+    hot = warm.run([sys.executable, "-m", "json.tool", "--help"], tmp_path)
+    assert hot.returncode == 0 and "json.tool" in hot.stdout
+
+
+def test_a_difference_from_the_cold_start_fails(tmp_path, script):
+    """The first command of each program also runs cold, and a program whose warm run differs fails the test that
+    ran it (here the difference is what the warm interpreter preloaded)."""
+    cli = WarmCli(Path(sys.executable), tmp_path, preload=("json",), hooked=("trl",))
+    try:
+        argv = [sys.executable, "-c", "import sys; sys.exit(4 if 'json' in sys.modules else 0)"]
+        with pytest.raises(AssertionError, match="warm and cold runs of .* differ"):
+            cli.run(argv, tmp_path)
+    finally:
+        cli.close()
