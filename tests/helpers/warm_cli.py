@@ -1,18 +1,21 @@
-"""Command lines that are refused while parsing, run without paying for the interpreter's imports each time.
+"""Command lines run without paying for the interpreter's imports each time.
 
-A refusal test of `trl sft` or `lm_eval run` spends about 10 s importing torch, transformers and the framework, and
-well under a second on what it checks. `WarmCli` keeps one process of the interpreter under test that has imported
-the libraries the frameworks import (never the frameworks the activation hooks wait for: `trl`, `lm_eval`), and forks
-it for each command (`tests/helpers/_warm_zygote.py`). The forked child is a real process of that interpreter: it
-takes the command's working folder, environment and `sys.argv`, runs the activation hooks' `.pth` lines again (each
-hook decides on this command, as at interpreter start), then the real console script or `-m` module, and exits as the
-interpreter would (the hooks' `sys.excepthook`, the exit status, `atexit`). Output and exit status come back as from
-`run_cli` (`run`) or `subprocess.run` with a whole environment (`run_in`).
+A refusal test of `trl sft`, `lm_eval run` or `axolotl train` spends 5 - 15 s importing torch, transformers and the
+framework, and about a second on what it checks; the `trl sft` process of a training run only parses and starts
+`accelerate launch` (whose training process starts cold, as always). `WarmCli` keeps one process of the interpreter
+under test that has imported the libraries the frameworks import (never the frameworks the activation hooks wait
+for: `trl`, `lm_eval`, `axolotl`), and forks it for each command (`tests/helpers/_warm_zygote.py`). The forked child
+is a real process of that interpreter: it takes the command's working folder, environment and `sys.argv`, runs the
+activation hooks' `.pth` lines again (each hook decides on this command, as at interpreter start), then the real
+console script or `-m` module, and exits as the interpreter would (the hooks' `sys.excepthook`, the exit status,
+`atexit`). Output and exit status come back as from `run_cli` (`run`) or `subprocess.run` with a whole environment
+(`run_in`).
 
-What a warm run cannot show is interpreter start itself, so the first command of each program (the `trl` script,
-`distmatch-trl`, `python -m lm_eval`, ...) in a session also runs cold, as a plain subprocess, and the two must agree:
-the same exit status and the same `error:` lines. An environment that only matters at interpreter start
-(`PYTHONPATH`, `PYTHONSTARTUP`, ...) differing from the warm process's runs cold.
+What a warm run cannot show is interpreter start itself, so the first refused command of each program (the `trl`
+script, `distmatch-trl`, `python -m lm_eval`, ...) in a session also runs cold, as a plain subprocess, and the two must
+agree: the same exit status and the same `error:` lines (a refusal writes nothing, so it can run twice). A command whose environment differs from the warm process's in
+what only interpreter start reads (`PYTHONPATH`, `PYTHONSTARTUP`, ...) runs cold. Multi-process launches, the
+kill / disk-full fault tests and the documented commands always run cold (`run_cli`).
 """
 
 from __future__ import annotations
@@ -101,7 +104,10 @@ class WarmCli:
         else:  # a console script of this interpreter
             assert Path(argv[0]).read_text(errors="replace").startswith(f"#!{self.python}"), argv[0]
         warm = self._fork(argv, argv[0] != str(self.python), cwd, full_env, timeout)
-        if program not in self.checked:  # once per program: the cold start must agree
+        if (
+            program not in self.checked and warm.returncode != 0
+        ):  # once per program: the cold start must agree
+            # (on a refusal: it wrote nothing, so the same command runs again the same way)
             self.checked.add(program)
             cold = _run_cold(argv, cwd, full_env, timeout)
             assert (cold.returncode, _error_lines(cold)) == (warm.returncode, _error_lines(warm)), (

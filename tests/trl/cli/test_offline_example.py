@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import WheelVenv, run_cli, tail
+from tests.helpers.warm_cli import WarmCli
 
 
 @pytest.mark.slow
@@ -30,8 +31,10 @@ def test_the_printed_trl_command_trains_on_cpu(wheel_venv: WheelVenv, tmp_path: 
 
 
 @pytest.mark.slow
-def test_a_data_file_as_dataset_name_is_refused_before_launch(wheel_venv: WheelVenv, tmp_path: Path) -> None:
-    built = run_cli([wheel_venv.python, "-m", "trl_ext.testing", "tiny", "--examples", "8"], tmp_path)
+def test_a_data_file_as_dataset_name_is_refused_before_launch(
+    wheel_venv: WheelVenv, warm_cli: WarmCli, tmp_path: Path
+) -> None:
+    built = warm_cli.run([wheel_venv.python, "-m", "trl_ext.testing", "tiny", "--examples", "8"], tmp_path)
     assert built.returncode == 0, tail(built)
     args = [
         "sft",
@@ -44,7 +47,7 @@ def test_a_data_file_as_dataset_name_is_refused_before_launch(wheel_venv: WheelV
         "--use_cpu",
     ]
     for program in (wheel_venv.trl, wheel_venv.distmatch_trl):
-        out = run_cli([program, *args, "--dataset_name", "tiny/data/train.jsonl"], tmp_path)
+        out = warm_cli.run([program, *args, "--dataset_name", "tiny/data/train.jsonl"], tmp_path)
         lines = [line for line in out.stderr.splitlines() if "error: " in line]
         assert out.returncode == 2 and "Traceback" not in out.stderr, tail(out)
         assert len(lines) == 1 and "dataset_name='tiny/data/train.jsonl' is a file" in lines[0], tail(out)

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import WheelVenv, run_cli, tail, tiny_sft_args
+from tests.helpers.cli import WheelVenv, tail, tiny_sft_args
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
+from tests.helpers.warm_cli import WarmCli
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, wheel_venv: WheelVenv) -> dict[str, Path]:
+def run(tmp_path_factory, wheel_venv: WheelVenv, warm_cli: WarmCli) -> dict[str, Path]:
     """`a/first`: one step of `asft` against `a/refdir` (given as the relative `refdir`); `b/refdir`: another model."""
     base = tmp_path_factory.mktemp("records")
     (base / "data").mkdir()
@@ -36,7 +37,7 @@ def run(tmp_path_factory, wheel_venv: WheelVenv) -> dict[str, Path]:
     tiny = {"model": model, "data": base / "data"}
     first = base / "a" / "first"
     flags = ["--loss", "asft", "--anchor_reference", "refdir"]
-    out = run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(tiny, first, 1)], base / "a")
+    out = warm_cli.run([wheel_venv.trl, "sft", *flags, *tiny_sft_args(tiny, first, 1)], base / "a")
     assert out.returncode == 0, tail(out)
     return {**tiny, "base": base, "first": first, "checkpoint": first / "checkpoint-1"}
 
@@ -143,12 +144,12 @@ def test_a_new_run_into_a_recorded_folder_is_refused(wheel_venv, warm_cli, run):
     assert json.loads((run["checkpoint"] / "distmatch.json").read_text())["loss"] == "asft"  # untouched
 
 
-def test_overwrite_run_removes_the_old_runs_checkpoints(wheel_venv, run, tmp_path):
+def test_overwrite_run_removes_the_old_runs_checkpoints(wheel_venv, warm_cli, run, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(run["first"], old)
     shutil.copytree(old / "checkpoint-1", old / "checkpoint-2")  # the old run went further than the new one
     flags = ["--loss", "gem_ls", "--overwrite_run"]
-    out = run_cli([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, old, 1)], run["base"] / "a")
+    out = warm_cli.run([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, old, 1)], run["base"] / "a")
     assert out.returncode == 0, tail(out)
     assert sorted(p.name for p in old.glob("checkpoint-*")) == [
         "checkpoint-1"
@@ -157,10 +158,10 @@ def test_overwrite_run_removes_the_old_runs_checkpoints(wheel_venv, run, tmp_pat
     assert json.loads((old / "distmatch.json").read_text())["loss"] == "gem_ls"
 
 
-def test_a_loss_change_keeps_the_history_in_the_record_and_the_card(wheel_venv, run, tmp_path):
+def test_a_loss_change_keeps_the_history_in_the_record_and_the_card(wheel_venv, warm_cli, run, tmp_path):
     resume = ["--resume_from_checkpoint", str(run["checkpoint"]), "--allow_loss_change"]
     flags = ["--loss", "gem_ls", *resume]
-    out = run_cli(
+    out = warm_cli.run(
         [wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, tmp_path / "out", 2)], run["base"] / "a"
     )
     assert out.returncode == 0, tail(out)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import WheelVenv, run_cli, tail, tiny_sft_args
+from tests.helpers.cli import WheelVenv, tail, tiny_sft_args
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
+from tests.helpers.warm_cli import WarmCli
 
 pytestmark = pytest.mark.slow
 
@@ -25,14 +26,14 @@ ADOPTED = "without a loss: training continues with the recorded loss=emo"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory, wheel_venv: WheelVenv) -> dict[str, Path]:
+def tiny(tmp_path_factory, wheel_venv: WheelVenv, warm_cli: WarmCli) -> dict[str, Path]:
     """The tiny model and data, and `checkpoint`: checkpoint-1 of `trl sft --loss emo --max_steps 1`."""
     base = tmp_path_factory.mktemp("resume")
     (base / "data").mkdir()
     write_sft_jsonl(base / "data" / "train.jsonl", n=16)
     tiny = {"model": build_tiny_llama(base / "model"), "data": base / "data"}
     first = base / "first"
-    out = run_cli([wheel_venv.trl, "sft", "--loss", "emo", *tiny_sft_args(tiny, first, 1)], base)
+    out = warm_cli.run([wheel_venv.trl, "sft", "--loss", "emo", *tiny_sft_args(tiny, first, 1)], base)
     assert out.returncode == 0, tail(out)
     return {**tiny, "checkpoint": first / "checkpoint-1", "first": first}
 
@@ -74,11 +75,11 @@ def test_the_run_records_its_loss_in_every_checkpoint_and_the_output(tiny):
 
 
 @pytest.mark.parametrize("command", ["trl", "distmatch-trl"])
-def test_resume_without_loss_continues_with_the_recorded_loss(wheel_venv, tiny, tmp_path, command):
+def test_resume_without_loss_continues_with_the_recorded_loss(wheel_venv, warm_cli, tiny, tmp_path, command):
     """No `--loss`: `trl sft` alone would train TRL's cross-entropy; the hook sees the checkpoint's record."""
     program = wheel_venv.trl if command == "trl" else wheel_venv.distmatch_trl
     resume = ["--resume_from_checkpoint", str(tiny["checkpoint"])]
-    out = run_cli([program, "sft", *resume, *tiny_sft_args(tiny, tmp_path / "out", 2)], tmp_path)
+    out = warm_cli.run([program, "sft", *resume, *tiny_sft_args(tiny, tmp_path / "out", 2)], tmp_path)
     assert out.returncode == 0, tail(out)
     said = [line for line in (out.stdout + out.stderr).splitlines() if ADOPTED in line]
     assert len(said) == 1 and str(tiny["checkpoint"] / "distmatch.json") in said[0], tail(out)
@@ -110,9 +111,9 @@ def test_resume_with_other_options_is_refused(wheel_venv, warm_cli, tiny, tmp_pa
     assert "emo_weighting='emo1'" in line and "emo_weighting='emo2'" in line, line
 
 
-def test_resume_with_allow_loss_change_trains_the_new_loss(wheel_venv, tiny, tmp_path):
+def test_resume_with_allow_loss_change_trains_the_new_loss(wheel_venv, warm_cli, tiny, tmp_path):
     resume = ["--resume_from_checkpoint", str(tiny["checkpoint"]), "--allow_loss_change"]
-    out = run_cli(
+    out = warm_cli.run(
         [wheel_venv.trl, "sft", "--loss", "gem_ls", *resume, *tiny_sft_args(tiny, tmp_path / "out", 2)],
         tmp_path,
     )

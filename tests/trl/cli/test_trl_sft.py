@@ -184,8 +184,8 @@ def _assert_hook_in_parent_and_child(stderr: str, wheel_venv: WheelVenv) -> None
 
 
 @pytest.mark.slow
-def test_trl_sft_loss_flags_through_the_hook(wheel_venv, tiny, tmp_path):
-    out = run_cli(
+def test_trl_sft_loss_flags_through_the_hook(wheel_venv, warm_cli, tiny, tmp_path):
+    out = warm_cli.run(
         [
             wheel_venv.trl,
             "sft",
@@ -228,9 +228,9 @@ def test_trl_sft_two_processes_through_the_hook(wheel_venv, tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_trl_sft_config_yaml_through_the_hook(wheel_venv, tiny, tmp_path):
+def test_trl_sft_config_yaml_through_the_hook(wheel_venv, warm_cli, tiny, tmp_path):
     (tmp_path / "emo.yaml").write_text("loss: emo\nemo_cost_embedding: live\nlearning_rate: 1.0e-4\n")
-    out = run_cli(
+    out = warm_cli.run(
         [wheel_venv.trl, "sft", "--config", "emo.yaml", *_train_args(tiny, tmp_path / "out")], tmp_path
     )
     assert out.returncode == 0, tail(out)
@@ -265,8 +265,8 @@ def test_trl_sft_unknown_loss_lists_the_choices(wheel_venv, warm_cli, tiny, tmp_
 
 
 @pytest.mark.slow
-def test_plain_trl_sft_is_unchanged(wheel_venv, tiny, tmp_path):
-    out = run_cli([wheel_venv.trl, "sft", *_train_args(tiny, tmp_path / "out")], tmp_path)
+def test_plain_trl_sft_is_unchanged(wheel_venv, warm_cli, tiny, tmp_path):
+    out = warm_cli.run([wheel_venv.trl, "sft", *_train_args(tiny, tmp_path / "out")], tmp_path)
     assert out.returncode == 0, tail(out)
     assert _hook_events(out.stderr) == []  # inert in the parent and in the child
     logs, args = _trained(tmp_path / "out")
@@ -286,12 +286,12 @@ def test_hook_switched_off_fails_like_upstream_trl(wheel_venv, warm_cli, tiny, t
 
 
 @pytest.mark.slow
-def test_help_lists_the_options_unless_the_hook_is_off(wheel_venv, tmp_path):
+def test_help_lists_the_options_unless_the_hook_is_off(wheel_venv, warm_cli, tmp_path):
     """docs/trl.md: `trl sft --help` activates the hook, so the help lists the distmatch options; switched off
     (`DISTMATCH_TRL_HOOK=0`) it is TRL's own help; `distmatch-trl sft --help` lists them without the hook."""
 
     def help_text(*command: Path | str, **env: str) -> str:
-        out = run_cli([*command, "--help"], tmp_path, **env)
+        out = warm_cli.run([*command, "--help"], tmp_path, **env)
         assert out.returncode == 0, tail(out)
         return out.stdout
 
@@ -325,7 +325,7 @@ def test_hook_stops_when_distmatch_fails_to_import(wheel_venv, tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
+def test_distmatch_trl_without_the_hook(wheel_venv, warm_cli, tiny, tmp_path):
     """The explicit console script: YAML defaults, flags override them, unknown keys go to `accelerate launch`."""
     (tmp_path / "cfg.yaml").write_text("loss: gem_linear\nemo_weighting: emo2\nnum_processes: 1\n")
     command = [
@@ -338,7 +338,7 @@ def test_distmatch_trl_without_the_hook(wheel_venv, tiny, tmp_path):
         "--emo_cost_embedding",
         "live",
     ]
-    out = run_cli([*command, *_train_args(tiny, tmp_path / "out")], tmp_path, DISTMATCH_TRL_HOOK="0")
+    out = warm_cli.run([*command, *_train_args(tiny, tmp_path / "out")], tmp_path, DISTMATCH_TRL_HOOK="0")
     assert out.returncode == 0, tail(out)
     assert _hook_events(out.stderr) == []
     assert "`--num_processes` was set to a value of" not in out.stderr  # the YAML key reached accelerate
@@ -462,12 +462,12 @@ def test_cost_embedding_with_another_vocabulary_is_refused_while_parsing(
 
 
 @pytest.mark.slow
-def test_trl_sft_asft_with_another_checkpoint_as_the_reference(wheel_venv, tiny, tmp_path):
+def test_trl_sft_asft_with_another_checkpoint_as_the_reference(wheel_venv, warm_cli, tiny, tmp_path):
     """`--anchor_reference <folder>`: that checkpoint anchors the KL, so it is far from 0 from the first step (the
     starting model as the reference gives 0 there: tests/trl/test_anchored.py)."""
     other = build_tiny_llama(tmp_path / "other", seed=1)
     flags = ["sft", "--loss", "asft", "--anchor_reference", str(other), "--anchor_kl_weight", "0.5"]
-    out = run_cli([wheel_venv.trl, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
+    out = warm_cli.run([wheel_venv.trl, *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
     assert out.returncode == 0, tail(out)
     logs, args = _trained(tmp_path / "out")
     assert (args.loss, args.anchor_reference, args.anchor_kl_weight) == ("asft", str(other), 0.5)
