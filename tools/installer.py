@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 UV_VENV = REPO / "build" / "uv"
 UV = UV_VENV / "bin" / "uv"
+DEFAULT_INDEX = "https://pypi.org/simple"  # pip's default index-url
 #: pip settings that uv is told about (uv's options of the same names, but `cert`: uv reads SSL_CERT_FILE)
 CARRIED = ("index-url", "extra-index-url", "find-links", "constraint", "no-index", "cert")
 
@@ -49,6 +50,12 @@ def uv_arguments(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """The uv options and environment that say what pip's settings say."""
     options = ["--index-strategy", "unsafe-best-match"]
     environment: dict[str, str] = {}
+    # pip pools the files of every index and takes the best wheel for this interpreter; uv takes a version's files
+    # from the first index that has it. A partial local mirror listing only `multiprocess`'s py310 wheel thus gave
+    # Python 3.11 the py310 code (its `fork_exec` call fails). The package index pip would use comes first, so that
+    # uv sees the full file list where pip does.
+    if settings.get("no-index", "").lower() not in ("1", "true", "yes", "on"):
+        options += ["--extra-index-url", settings.get("index-url") or DEFAULT_INDEX]
     for name in CARRIED:
         value = settings.get(name)
         if value is None:

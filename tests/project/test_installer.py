@@ -23,13 +23,23 @@ def test_pip_settings_become_uv_options(tmp_path):
     options, environment = installer.uv_arguments(settings)
     assert options == [
         "--index-strategy", "unsafe-best-match",
+        # the index pip would use comes first: uv takes a version's files from the first index that has it
+        "--extra-index-url", "https://mirror.example/simple",
         "--index-url", "https://mirror.example/simple",
         "--extra-index-url", f"file://{local_index}",  # the absent local index is skipped, as pip skips it
         "--find-links", "/opt/wheels", "--find-links", "/srv/more",
         "--constraint", "/etc/xdg/pip/constraints.txt",
     ]  # fmt: skip
     assert environment == {"SSL_CERT_FILE": "/etc/ssl/certs/ca.crt"}
-    assert installer.uv_arguments({"no-index": "1"})[0][-1] == "--no-index"
+    assert installer.uv_arguments({"no-index": "1"})[0] == [
+        "--index-strategy",
+        "unsafe-best-match",
+        "--no-index",
+    ]
+    assert installer.uv_arguments({})[0][2:] == [
+        "--extra-index-url",
+        "https://pypi.org/simple",
+    ]  # pip's default
 
 
 def test_pip_config_list_is_read_environment_first(tmp_path, monkeypatch):
