@@ -24,6 +24,7 @@ Steps, each printed with its time; the first failure stops the run with one line
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -286,15 +287,18 @@ def main(argv: list[str] | None = None) -> int:
         run([*install, f"{wheel}[eval]"], env=env)
         run([bin_dir / "python", "-m", "pip", "check"], env=env)
         # pip itself finds nothing missing for the wheel's requirements (and every extra's pins hold)
-        would = run(
-            [bin_dir / "python", "-m", "pip", "install", "--dry-run", "--no-index", f"{wheel}[eval]"], env=env
-        )
-        if "Would install" in would and any(
-            n for n in would.split("Would install")[1].split() if not n.startswith("distmatch-")
-        ):
-            raise DistError(
-                f"pip would install more for {wheel.name}[eval]: {would.strip().splitlines()[-1]}"
-            )
+        report = run(
+            [bin_dir / "python", "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report", "-",
+             f"{wheel}[eval]"],
+            env=env,
+        )  # fmt: skip
+        missing = [
+            i["metadata"]["name"]
+            for i in json.loads(report)["install"]
+            if i["metadata"]["name"] != "distmatch"
+        ]
+        if missing:
+            raise DistError(f"pip would install more for {wheel.name}[eval]: {', '.join(missing)}")
         step("smoke tests in the clean venv")
         smoke(bin_dir, args.work, env)
         if args.axolotl_venv:

@@ -54,14 +54,15 @@ def uv_arguments(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     # from the first index that has it. A partial local mirror listing only `multiprocess`'s py310 wheel thus gave
     # Python 3.11 the py310 code (its `fork_exec` call fails). The package index pip would use comes first, so that
     # uv sees the full file list where pip does.
-    if settings.get("no-index", "").lower() not in ("1", "true", "yes", "on"):
+    no_index = settings.get("no-index", "").lower() in ("1", "true", "yes", "on")
+    if not no_index:
         options += ["--extra-index-url", settings.get("index-url") or DEFAULT_INDEX]
     for name in CARRIED:
         value = settings.get(name)
         if value is None:
             continue
         if name == "no-index":
-            if value.lower() in ("1", "true", "yes", "on"):
+            if no_index:
                 options.append("--no-index")
         elif name == "cert":
             environment["SSL_CERT_FILE"] = value

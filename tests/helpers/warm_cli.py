@@ -13,8 +13,9 @@ console script or `-m` module, and exits as the interpreter would (the hooks' `s
 
 What a warm run cannot show is interpreter start itself, so the first refused command of each program (the `trl`
 script, `distmatch-trl`, `python -m lm_eval`, ...) in a session also runs cold, as a plain subprocess, and the two must
-agree: the same exit status and the same `error:` lines (a refusal writes nothing, so it can run twice). A command whose environment differs from the warm process's in
-what only interpreter start reads (`PYTHONPATH`, `PYTHONSTARTUP`, ...) runs cold. Multi-process launches, the
+agree: the same exit status and the same `error:` lines (a refusal writes nothing, so it can run twice). A command
+whose environment differs from the warm process's in what only interpreter start reads (`PYTHONPATH`,
+`PYTHONSTARTUP`, ...) runs cold. Multi-process launches, the
 kill / disk-full fault tests and the documented commands always run cold (`run_cli`).
 """
 
@@ -66,7 +67,6 @@ class WarmCli:
         self.base = base
         self.env = cli_env(base)
         self.checked: set[str] = set()
-        self.count = 0
         self.process = subprocess.Popen(
             [str(self.python), str(ZYGOTE), json.dumps(list(preload))],
             stdin=subprocess.PIPE,
@@ -96,18 +96,17 @@ class WarmCli:
         argv = [str(c) for c in command]
         if any(full_env.get(name) != self.env.get(name) for name in START_ONLY):
             return _run_cold(argv, cwd, full_env, timeout)  # what only interpreter start reads differs
-        program = (
-            argv[0] if argv[0] != str(self.python) else " ".join(argv[:3] if argv[1] == "-m" else argv[:2])
-        )
-        if argv[0] == str(self.python):
-            assert argv[1] in ("-m", "-c"), argv
-        else:  # a console script of this interpreter
+        script = argv[0] != str(self.python)
+        if script:  # a console script of this interpreter
             assert Path(argv[0]).read_text(errors="replace").startswith(f"#!{self.python}"), argv[0]
-        warm = self._fork(argv, argv[0] != str(self.python), cwd, full_env, timeout)
-        if (
-            program not in self.checked and warm.returncode != 0
-        ):  # once per program: the cold start must agree
-            # (on a refusal: it wrote nothing, so the same command runs again the same way)
+            program = argv[0]
+        else:
+            assert argv[1] in ("-m", "-c"), argv
+            program = " ".join(argv[:3] if argv[1] == "-m" else argv[:2])
+        warm = self._fork(argv, script, cwd, full_env, timeout)
+        # Once per program, the cold start must agree; on a refusal, which wrote nothing, so that it runs again the
+        # same way.
+        if program not in self.checked and warm.returncode != 0:
             self.checked.add(program)
             cold = _run_cold(argv, cwd, full_env, timeout)
             assert (cold.returncode, _error_lines(cold)) == (warm.returncode, _error_lines(warm)), (
@@ -118,7 +117,6 @@ class WarmCli:
     def _fork(
         self, argv: list[str], script: bool, cwd: Path, env: dict[str, str], timeout: float
     ) -> subprocess.CompletedProcess:
-        self.count += 1
         with tempfile.TemporaryDirectory(dir=self.base) as folder:
             stdout, stderr = Path(folder, "stdout"), Path(folder, "stderr")
             request = {"argv": argv, "script": script, "cwd": str(cwd), "env": env, "timeout": timeout}
