@@ -1,6 +1,7 @@
 """The mechanism the distmatch activation hooks share: run a callback right after a given module is imported.
 
-`distmatch_hooks.trl` (``trl``), `distmatch_hooks.lm_eval` (``lm_eval.tasks.manager``, ``lm_eval.evaluator``) and
+`distmatch_hooks.trl` (``trl``), `distmatch_hooks.lm_eval` (``lm_eval.tasks.manager``, ``lm_eval.evaluator``,
+``lm_eval.config.evaluate_config``) and
 `distmatch_hooks.axolotl` (``axolotl.cli.config``, ``axolotl.utils.config``) are imported by ``.pth`` files at every
 interpreter start, so this module imports only ``os``/``sys`` and does nothing until asked.
 `PatchAfterImport.install()` puts one ``sys.meta_path`` finder first. On the first import of the target module it

@@ -9,7 +9,10 @@ ignores every import except that of ``lm_eval.tasks.manager``. Right after that 
 ``TaskManager.__init__`` is wrapped so that the distmatch task folder (``eval_tasks/lm_eval_tasks``, located
 without importing ``eval_tasks``) is searched after lm-eval's own tasks and before the user's ``include_path`` (the
 precedence of lm-eval's upcoming ``lm_eval.tasks`` entry points: defaults < plugins < ``--include_path``). Nothing
-else changes; a process that never imports lm-eval's task manager is not affected at all.
+else changes; a process that never imports lm-eval's task manager is not affected at all. Two more finders wait for
+``lm_eval.evaluator`` and ``lm_eval.config.evaluate_config``: the pre-flight check of the ``distmatch_*`` tasks'
+options runs at the start of ``simple_evaluate`` and, for the command line, before ``EvaluatorConfig.process_tasks``
+builds lm-eval's task index.
 
 It stands down when lm-eval itself discovers task plugins (a release with ``discover_plugin_task_paths``, which
 reads the ``lm_eval.tasks`` entry point distmatch declares), when the user's ``include_path`` already holds the
@@ -34,6 +37,7 @@ from distmatch_hooks._common import PatchAfterImport, debug, switched_on
 ENV_SWITCH = "DISTMATCH_LM_EVAL_HOOK"
 TARGET_MODULE = "lm_eval.tasks.manager"
 EVALUATOR_MODULE = "lm_eval.evaluator"
+CONFIG_MODULE = "lm_eval.config.evaluate_config"  # the command line's settings and task index
 
 
 def _debug(message: str) -> None:
@@ -133,6 +137,30 @@ def _called_by_cli(frame: object) -> bool:
     return name == "lm_eval._cli" or name.startswith(("lm_eval._cli.", "lm_eval.__main__"))
 
 
+def _distmatch_task_names(tasks: object) -> list[str]:
+    """The requested task names (a list, or lm-eval's comma-separated string), [] unless one is a distmatch task."""
+    names = tasks.split(",") if isinstance(tasks, str) else list(tasks or [])
+    return names if any(isinstance(t, str) and t.startswith("distmatch_") for t in names) else []
+
+
+def _preflight(
+    tasks: list, metadata: object, model_args: object, model: object, confirm: object, caller: object
+):
+    """``eval_tasks.lm_eval_tasks.preflight.preflight`` for these settings: its environment variables, or a refusal,
+    which is one ``error: ...`` line on stderr and exit status 2 when `caller` (a frame) is lm-eval's command line
+    and the ``DistMatchConfigError`` otherwise."""
+    from eval_tasks.lm_eval_tasks.preflight import preflight
+
+    try:
+        # confirm None: an lm-eval without the setting (its own check then decides)
+        return preflight(tasks, metadata, _model_arg_names(model_args), model, confirm)
+    except DistMatchConfigError as err:
+        if not _called_by_cli(caller):
+            raise  # Python-API callers get the exception
+        stderr_line(f"error: {err}")
+        raise SystemExit(CONFIG_ERROR_STATUS) from None
+
+
 def patch_simple_evaluate(module: object) -> bool:
     """Wrap ``simple_evaluate`` so that a run with ``distmatch_*`` tasks checks their options and local data
     (``eval_tasks.lm_eval_tasks.preflight.preflight``) before the model is built. Called by lm-eval's command line, a
@@ -149,26 +177,18 @@ def patch_simple_evaluate(module: object) -> bool:
     @functools.wraps(original)
     def simple_evaluate(*args, **kwargs):  # type: ignore[no-untyped-def]
         bound = signature.bind_partial(*args, **kwargs).arguments
-        tasks = bound.get("tasks") or []
-        tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+        tasks = _distmatch_task_names(bound.get("tasks"))
         settings: dict[str, str] = {}
-        if any(isinstance(t, str) and t.startswith("distmatch_") for t in tasks):
-            from eval_tasks.lm_eval_tasks.preflight import preflight
-
-            try:
-                settings = preflight(
-                    tasks,
-                    bound.get("metadata"),
-                    _model_arg_names(bound.get("model_args")),
-                    bound.get("model", "hf"),
-                    # None: an lm-eval without the setting (its own check then decides)
-                    bool(bound.get("confirm_run_unsafe_code", False)) if confirms else None,
-                )
-            except DistMatchConfigError as err:
-                if not _called_by_cli(sys._getframe(1)):
-                    raise  # Python-API callers get the exception
-                stderr_line(f"error: {err}")
-                raise SystemExit(CONFIG_ERROR_STATUS) from None
+        if tasks:
+            confirm = bool(bound.get("confirm_run_unsafe_code", False)) if confirms else None
+            settings = _preflight(
+                tasks,
+                bound.get("metadata"),
+                bound.get("model_args"),
+                bound.get("model", "hf"),
+                confirm,
+                sys._getframe(1),
+            )
         # for this evaluation only (the tasks are built inside it): a later one in the process may use another model
         saved = {key: os.environ.get(key) for key in settings}
         os.environ.update(settings)
@@ -187,6 +207,37 @@ def patch_simple_evaluate(module: object) -> bool:
     return True
 
 
+def patch_process_tasks(module: object) -> bool:
+    """Wrap ``EvaluatorConfig.process_tasks``, where lm-eval's command line builds its task index (parsing its
+    14,000 task YAML files: 5-10 s of CPU) before it calls ``simple_evaluate``: the same pre-flight check runs
+    first, so that a refused ``lm_eval run`` stops before that work. ``simple_evaluate`` checks again (the Python
+    API's path, and it sets the run's environment)."""
+    config = getattr(module, "EvaluatorConfig", None)
+    original = getattr(config, "process_tasks", None)
+    if original is None or getattr(original, "_distmatch_wrapped", False):
+        return False
+    import functools
+
+    @functools.wraps(original)
+    def process_tasks(self, metadata=None, *args, **kwargs):  # type: ignore[no-untyped-def]
+        tasks = _distmatch_task_names(getattr(self, "tasks", None))
+        if tasks:
+            confirm = getattr(self, "confirm_run_unsafe_code", None)
+            _preflight(
+                tasks,
+                metadata or getattr(self, "metadata", None),
+                getattr(self, "model_args", None),
+                getattr(self, "model", "hf"),
+                None if confirm is None else bool(confirm),
+                sys._getframe(1),
+            )
+        return original(self, metadata, *args, **kwargs)
+
+    process_tasks._distmatch_wrapped = True  # type: ignore[attr-defined]
+    config.process_tasks = process_tasks  # type: ignore[union-attr]
+    return True
+
+
 def _patch_evaluator(module: object) -> None:
     try:
         patch_simple_evaluate(module)
@@ -194,8 +245,16 @@ def _patch_evaluator(module: object) -> None:
         _debug(f"simple_evaluate not wrapped: {err!r}")
 
 
+def _patch_config(module: object) -> None:
+    try:
+        patch_process_tasks(module)
+    except Exception as err:  # simple_evaluate checks after the task index instead
+        _debug(f"EvaluatorConfig.process_tasks not wrapped: {err!r}")
+
+
 finder = PatchAfterImport(TARGET_MODULE, _patch_quietly, source="distmatch_hooks.lm_eval")
 evaluator_finder = PatchAfterImport(EVALUATOR_MODULE, _patch_evaluator, source="distmatch_hooks.lm_eval")
+config_finder = PatchAfterImport(CONFIG_MODULE, _patch_config, source="distmatch_hooks.lm_eval")
 
 
 def _activate() -> None:
@@ -204,6 +263,7 @@ def _activate() -> None:
     for target, patch, hook in (
         (TARGET_MODULE, _patch_quietly, finder),
         (EVALUATOR_MODULE, _patch_evaluator, evaluator_finder),
+        (CONFIG_MODULE, _patch_config, config_finder),
     ):
         if target in sys.modules:  # imported before us (not the case at interpreter start)
             patch(sys.modules[target])

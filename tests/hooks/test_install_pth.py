@@ -121,7 +121,8 @@ def test_install_pth_replaces_old_files_and_a_fresh_interpreter_imports_only_the
     assert state["heavy"] == []
     # Not `trl sft`: the TRL hook stays out; lm-eval's and Axolotl's hooks wait for their modules.
     assert state["waiting"] == sorted(
-        ["lm_eval.tasks.manager", "lm_eval.evaluator", "axolotl.cli.config", "axolotl.utils.config"]
+        ["lm_eval.tasks.manager", "lm_eval.evaluator", "lm_eval.config.evaluate_config"]
+        + ["axolotl.cli.config", "axolotl.utils.config"]
     )
 
 

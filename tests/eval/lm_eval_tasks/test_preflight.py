@@ -15,6 +15,9 @@ from tests.helpers.warm_cli import WarmCli
 
 pytestmark = pytest.mark.slow
 
+# What the lm-eval hook prints under DISTMATCH_DEBUG when lm-eval builds its task index (distmatch_hooks/lm_eval.py).
+TASK_INDEX_BUILT = "TaskManager include_path += "
+
 
 @pytest.mark.parametrize(
     ("metadata", "expected"),
@@ -113,7 +116,9 @@ def test_options_a_task_does_not_read_refused_before_the_model_loads(
     expected: str | None,
 ) -> None:
     """The real `lm_eval run` (the activation hook of the installed wheel) with a model folder that does not exist:
-    the refusal comes before lm-eval builds the model, as one line, exit status 2."""
+    the refusal comes before lm-eval builds its task index (the hook reports building it under DISTMATCH_DEBUG, as
+    the control shows) and the model, as one line, exit status 2."""
+    env = dict(env, DISTMATCH_DEBUG="1")
     missing_model = tmp_path / "no_such_model"
     cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf"]
     cmd += ["--model_args", f"pretrained={missing_model},dtype=float32", "--tasks", tasks, "--device", "cpu"]
@@ -126,7 +131,11 @@ def test_options_a_task_does_not_read_refused_before_the_model_loads(
     ):  # the same command with valid options gets as far as loading the model, and fails there
         assert proc.returncode not in (0, 2) and "Initializing hf model" in output, output[-4000:]
         assert str(missing_model) in output and not any(x.startswith("error: ") for x in output.splitlines())
+        assert TASK_INDEX_BUILT in output, output[-4000:]
         return
+    assert TASK_INDEX_BUILT not in output, output[
+        -4000:
+    ]  # refused before lm-eval parsed its 14,000 task YAMLs
     assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
     (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
     assert line == output.strip().splitlines()[-1], output[
