@@ -65,7 +65,8 @@ def run_step(name: str) -> int:
 
 
 def _clock(seconds: float) -> str:
-    return f"{int(seconds // 60)}:{int(round(seconds % 60)):02d}"
+    whole = round(seconds)  # rounded before splitting: 59.6 s is 1:00, not 0:60
+    return f"{whole // 60}:{whole % 60:02d}"
 
 
 def table(results: list[tuple[str, float, float, int]], total: float) -> str:

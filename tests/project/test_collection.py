@@ -65,6 +65,8 @@ def test_the_filter_selects_what_importing_every_module_selects() -> None:
     # every test ONE_STACK_TESTS names exists (a renamed one would silently run on TRL 1.9 again)
     named = {f"tests/{path}::{name}" for path, names in ONE_STACK_TESTS.items() for name in names}
     assert named <= set(filtered), sorted(named - set(filtered))
+    # and each carries the mark (parametrized ones too), so that .venv-axolotl leaves exactly these out
+    assert _collected("one_stack", collect_all=False) == sorted(named)
     # and the test each names as its cover on TRL 1.9 exists and runs there (is not one_stack itself)
     for path, names in ONE_STACK_TESTS.items():
         for name, cover in names.items():

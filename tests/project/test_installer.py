@@ -13,7 +13,7 @@ def test_pip_settings_become_uv_options(tmp_path):
     local_index.mkdir()
     settings = {
         "index-url": "https://mirror.example/simple",
-        "extra-index-url": f"file://{local_index} file://{tmp_path / 'absent'}",
+        "extra-index-url": f"file://{tmp_path / 'absent'} file://{local_index}",
         "find-links": "/opt/wheels /srv/more",
         "constraint": "/etc/xdg/pip/constraints.txt",
         "cert": "/etc/ssl/certs/ca.crt",
@@ -65,7 +65,9 @@ def test_pip_installs_where_uv_is_not_wanted(monkeypatch):
 
 def test_uv_installs_into_the_venv_it_is_given(monkeypatch):
     monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
-    command, _ = installer.install_command(sys.executable, ["-q", "-e", "."], installer.UV)
+    monkeypatch.setenv("PIP_CERT", "/etc/ssl/certs/proxy-ca.crt")
+    command, environment = installer.install_command(sys.executable, ["-q", "-e", "."], installer.UV)
+    assert environment == {"SSL_CERT_FILE": "/etc/ssl/certs/proxy-ca.crt"}  # uv reads the certificate there
     assert command[:5] == [str(installer.UV), "pip", "install", "--python", sys.executable]
     assert command[-3:] == ["-q", "-e", "."] and "--index-strategy" in command
     assert command[command.index("--find-links") + 1] == "/opt/wheels"

@@ -69,6 +69,20 @@ def test_steps_side_by_side(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout
     assert "[slow] slow ran" in done.stdout and "[fast] fast ran" in done.stdout
     assert "| slow+fast |" in done.stdout
+    # a failed target fails its step, whichever side it is on
+    for step in ("broken+slow=30", "slow+broken=30"):
+        done = _steps(tmp_path, step)
+        assert done.returncode == 1 and f"| {step.split('=')[0]} |" in done.stdout, done.stdout
+        assert f"==> make test FAILED: {step.split('=')[0]}" in done.stdout
+
+
+def test_steps_clock_never_shows_60_seconds() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("test_steps_tool", STEPS)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert [tool._clock(s) for s in (0.4, 59.6, 119.5, 3599.7)] == ["0:00", "1:00", "2:00", "60:00"]
 
 
 def test_steps_refuse_a_step_without_budget(tmp_path: Path) -> None:

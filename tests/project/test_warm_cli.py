@@ -94,3 +94,40 @@ def test_a_difference_from_the_cold_start_fails(tmp_path, script):
             cli.run(argv, tmp_path)
     finally:
         cli.close()
+
+
+#: exits 2 and prints an `error:` line that names whether the warm interpreter's preload is there
+SAYS_WHERE = "import sys; print('error: ' + ('warm' if 'json' in sys.modules else 'cold')); sys.exit(2)"
+
+
+def test_the_same_status_with_other_error_lines_fails(tmp_path):
+    cli = WarmCli(Path(sys.executable), tmp_path, preload=("json",), hooked=("trl",))
+    try:
+        with pytest.raises(AssertionError, match="warm and cold runs of .* differ"):
+            cli.run([sys.executable, "-c", SAYS_WHERE], tmp_path)
+    finally:
+        cli.close()
+
+
+def test_each_dash_m_module_is_its_own_program(tmp_path):
+    """`python -m A` agreeing with its cold start says nothing of `python -m B`: B is checked too."""
+    (tmp_path / "says_where.py").write_text(SAYS_WHERE)
+    cli = WarmCli(Path(sys.executable), tmp_path, preload=("json",), hooked=("trl",))
+    try:
+        first = cli.run([sys.executable, "-m", "json.tool", str(tmp_path / "missing.json")], tmp_path)
+        assert first.returncode != 0  # a refusal that agrees with its cold start
+        with pytest.raises(AssertionError, match="warm and cold runs of .* -m says_where differ"):
+            cli.run([sys.executable, "-m", "says_where"], tmp_path)
+    finally:
+        cli.close()
+
+
+def test_a_command_with_other_start_settings_runs_cold(tmp_path):
+    """`PYTHONPATH` is read at interpreter start only: a command that sets it otherwise is not forked."""
+    cli = WarmCli(Path(sys.executable), tmp_path, preload=("json",), hooked=("trl",))
+    try:
+        env = dict(cli_env(tmp_path), PYTHONPATH=str(tmp_path))
+        out = cli.run_in([sys.executable, "-c", SAYS_WHERE], tmp_path, env)
+        assert (out.returncode, out.stdout.strip()) == (2, "error: cold")
+    finally:
+        cli.close()

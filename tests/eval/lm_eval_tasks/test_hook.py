@@ -66,6 +66,23 @@ def test_hook_adds_task_folder_and_env_switch(wheel_python: Path, workdir: Path,
     assert _check(_run([str(wheel_python), "-c", plain], env, workdir)).stdout.splitlines() == ["[]", "True"]
 
 
+def test_hook_patches_lm_eval_modules_imported_before_it(
+    wheel_python: Path, workdir: Path, env: dict[str, str]
+) -> None:
+    """lm-eval imported while the hook was off (`DISTMATCH_LM_EVAL_HOOK=0` at start), then the hook activated: the
+    three modules already there are patched at once, not waited for."""
+    script = (
+        "import os, distmatch_hooks.lm_eval as hook, lm_eval.tasks.manager as m, lm_eval.evaluator as e,"
+        " lm_eval.config.evaluate_config as c\n"
+        "os.environ['DISTMATCH_LM_EVAL_HOOK'] = '1'\n"
+        "hook._activate()\n"
+        "targets = (m.TaskManager.__init__, e.simple_evaluate, c.EvaluatorConfig.process_tasks)\n"
+        "print([getattr(f, '_distmatch_wrapped', False) for f in targets])"
+    )
+    out = _check(_run([str(wheel_python), "-c", script], dict(env, DISTMATCH_LM_EVAL_HOOK="0"), workdir))
+    assert out.stdout.strip().splitlines()[-1] == "[True, True, True]", out.stdout
+
+
 def test_hook_include_path_handling(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISTMATCH_LM_EVAL_HOOK", "0")  # importing it must not patch this pytest process
     sys.path.insert(0, str(REPO_ROOT))

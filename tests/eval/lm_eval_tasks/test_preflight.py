@@ -91,7 +91,7 @@ def test_options_a_task_does_not_read_table_checks() -> None:
             "accepted for distmatch_sst2: default, emo_official",
         ),
         (
-            "distmatch_sst2",
+            "arc_easy,distmatch_sst2",  # beside a task of lm-eval's own: the distmatch task is still checked
             {"num_samples": 4},
             "num_samples=4 is not read by distmatch_sst2 (only by the creative writing tasks), so it would be "
             "ignored; the options these tasks read: protocol, retriever_model, template,",
@@ -103,7 +103,12 @@ def test_options_a_task_does_not_read_table_checks() -> None:
         ),
         ("distmatch_sst2", {"template": "paper"}, None),  # control: valid options, the missing model is found
     ],
-    ids=["gem_protocol_on_nlu", "num_samples_on_nlu", "emo_protocol_on_creative", "control"],
+    ids=[
+        "gem_protocol_on_nlu",
+        "num_samples_on_nlu_beside_another_task",
+        "emo_protocol_on_creative",
+        "control",
+    ],
 )
 def test_options_a_task_does_not_read_refused_before_the_model_loads(
     wheel_python: Path,
@@ -213,15 +218,16 @@ def test_missing_models_and_the_code_confirmation_refused_at_preflight(
     extra: list[str],
     expected: str,
 ) -> None:
-    """Found before the model loads (they were found only after all generation, or after loading the model)."""
+    """Found before lm-eval's task index and the model (they were found only after all generation, or after loading
+    the model)."""
     cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
     cmd += ["--tasks", tasks, "--device", "cpu", "--metadata", json.dumps(metadata), *extra]
-    proc = warm_cli.run_in(cmd, workdir, dict(env, HF_HUB_OFFLINE="1"))
+    proc = warm_cli.run_in(cmd, workdir, dict(env, HF_HUB_OFFLINE="1", DISTMATCH_DEBUG="1"))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
     (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
     assert expected in line, line
-    assert "Initializing hf model" not in output
+    assert "Initializing hf model" not in output and TASK_INDEX_BUILT not in output
 
 
 def test_model_options_and_code_confirmation_table_checks(tmp_path: Path) -> None:
