@@ -41,6 +41,14 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> WarmCli:
 
 
 @pytest.fixture
+def fresh(tmp_path: Path) -> WarmCli:
+    """A warm interpreter of this test's own: its programs have not been checked against a cold start yet."""
+    cli = WarmCli(Path(sys.executable), tmp_path, preload=("json",), hooked=("trl",))
+    yield cli
+    cli.close()
+
+
+@pytest.fixture
 def script(tmp_path: Path) -> Path:
     from tests.helpers.env import REPO_ROOT
 
@@ -84,50 +92,34 @@ def test_python_dash_m_and_dash_c(warm, tmp_path):
     assert hot.returncode == 0 and "json.tool" in hot.stdout
 
 
-def test_a_difference_from_the_cold_start_fails(tmp_path, script):
+def test_a_difference_from_the_cold_start_fails(fresh, tmp_path):
     """The first command of each program also runs cold, and a program whose warm run differs fails the test that
     ran it (here the difference is what the warm interpreter preloaded)."""
-    cli = WarmCli(Path(sys.executable), tmp_path, preload=("json",), hooked=("trl",))
-    try:
-        argv = [sys.executable, "-c", "import sys; sys.exit(4 if 'json' in sys.modules else 0)"]
-        with pytest.raises(AssertionError, match="warm and cold runs of .* differ"):
-            cli.run(argv, tmp_path)
-    finally:
-        cli.close()
+    argv = [sys.executable, "-c", "import sys; sys.exit(4 if 'json' in sys.modules else 0)"]
+    with pytest.raises(AssertionError, match="warm and cold runs of .* differ"):
+        fresh.run(argv, tmp_path)
 
 
 #: exits 2 and prints an `error:` line that names whether the warm interpreter's preload is there
 SAYS_WHERE = "import sys; print('error: ' + ('warm' if 'json' in sys.modules else 'cold')); sys.exit(2)"
 
 
-def test_the_same_status_with_other_error_lines_fails(tmp_path):
-    cli = WarmCli(Path(sys.executable), tmp_path, preload=("json",), hooked=("trl",))
-    try:
-        with pytest.raises(AssertionError, match="warm and cold runs of .* differ"):
-            cli.run([sys.executable, "-c", SAYS_WHERE], tmp_path)
-    finally:
-        cli.close()
+def test_the_same_status_with_other_error_lines_fails(fresh, tmp_path):
+    with pytest.raises(AssertionError, match="warm and cold runs of .* differ"):
+        fresh.run([sys.executable, "-c", SAYS_WHERE], tmp_path)
 
 
-def test_each_dash_m_module_is_its_own_program(tmp_path):
+def test_each_dash_m_module_is_its_own_program(fresh, tmp_path):
     """`python -m A` agreeing with its cold start says nothing of `python -m B`: B is checked too."""
     (tmp_path / "says_where.py").write_text(SAYS_WHERE)
-    cli = WarmCli(Path(sys.executable), tmp_path, preload=("json",), hooked=("trl",))
-    try:
-        first = cli.run([sys.executable, "-m", "json.tool", str(tmp_path / "missing.json")], tmp_path)
-        assert first.returncode != 0  # a refusal that agrees with its cold start
-        with pytest.raises(AssertionError, match="warm and cold runs of .* -m says_where differ"):
-            cli.run([sys.executable, "-m", "says_where"], tmp_path)
-    finally:
-        cli.close()
+    first = fresh.run([sys.executable, "-m", "json.tool", str(tmp_path / "missing.json")], tmp_path)
+    assert first.returncode != 0  # a refusal that agrees with its cold start
+    with pytest.raises(AssertionError, match="warm and cold runs of .* -m says_where differ"):
+        fresh.run([sys.executable, "-m", "says_where"], tmp_path)
 
 
-def test_a_command_with_other_start_settings_runs_cold(tmp_path):
+def test_a_command_with_other_start_settings_runs_cold(fresh, tmp_path):
     """`PYTHONPATH` is read at interpreter start only: a command that sets it otherwise is not forked."""
-    cli = WarmCli(Path(sys.executable), tmp_path, preload=("json",), hooked=("trl",))
-    try:
-        env = dict(cli_env(tmp_path), PYTHONPATH=str(tmp_path))
-        out = cli.run_in([sys.executable, "-c", SAYS_WHERE], tmp_path, env)
-        assert (out.returncode, out.stdout.strip()) == (2, "error: cold")
-    finally:
-        cli.close()
+    env = dict(cli_env(tmp_path), PYTHONPATH=str(tmp_path))
+    out = fresh.run_in([sys.executable, "-c", SAYS_WHERE], tmp_path, env)
+    assert (out.returncode, out.stdout.strip()) == (2, "error: cold")

@@ -138,9 +138,8 @@ def test_options_a_task_does_not_read_refused_before_the_model_loads(
         assert str(missing_model) in output and not any(x.startswith("error: ") for x in output.splitlines())
         assert TASK_INDEX_BUILT in output, output[-4000:]
         return
-    assert TASK_INDEX_BUILT not in output, output[
-        -4000:
-    ]  # refused before lm-eval parsed its 14,000 task YAMLs
+    # refused before lm-eval parsed its 14,000 task YAMLs
+    assert TASK_INDEX_BUILT not in output, output[-4000:]
     assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
     (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
     assert line == output.strip().splitlines()[-1], output[
