@@ -21,6 +21,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROBE_ENV = "DISTMATCH_GPU_CHECK_PROBE"
+LAUNCHED_ENV = "DISTMATCH_GPU_CHECK_LAUNCHED"
 
 # A Llama-3-style decoder: Llama-3.2-1B's widths (d 2048, GQA 32/8 heads, SwiGLU 8192, rope theta 5e5) and
 # Llama-3's vocabulary (128,256) on 4 of its 16 layers, the head untied. `tiny`: the CPU dry run's.
@@ -33,7 +34,8 @@ MODEL_SHAPES: dict[str, dict[str, int]] = {
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The probe: tokens/s and peak memory of a `trl sft` run, written when training ends
+# The probe: tokens/s and peak memory of a `trl sft` run, rewritten after every step (a run stopped by its time
+# limit still has its steps measured) and when training ends
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
@@ -64,8 +66,28 @@ def _patch_trainer(trainer_cls: Any) -> None:
     import torch
     from transformers import TrainerCallback
 
-    record: dict[str, Any] = {"tokens": 0, "step_tokens": [], "step_end_s": [], "losses": []}
+    record: dict[str, Any] = {
+        "tokens": 0,
+        "step_tokens": [],
+        "step_end_s": [],
+        "losses": [],
+        "finished": False,
+    }
     cuda = torch.cuda.is_available()
+    launched = float(os.environ.get(LAUNCHED_ENV, "nan"))  # wall clock when the driver started `trl sft`
+
+    def write() -> None:
+        if cuda:
+            record["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+            record["device"] = torch.cuda.get_device_name()
+        else:
+            import resource
+
+            record["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            record["device"] = "cpu"
+        target = Path(os.environ[PROBE_ENV])
+        target.with_suffix(".tmp").write_text(json.dumps(record))
+        target.with_suffix(".tmp").replace(target)
 
     class Probe(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -73,27 +95,23 @@ def _patch_trainer(trainer_cls: Any) -> None:
                 torch.cuda.synchronize()
             record["step_end_s"].append(time.perf_counter())
             record["step_tokens"].append(record["tokens"])
+            if len(record["step_end_s"]) == 1:
+                record["first_step_after_s"] = time.time() - launched
+            write()
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if logs and "loss" in logs:
                 record["losses"].append(float(logs["loss"]))
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if cuda:
-                record["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
-                record["device"] = torch.cuda.get_device_name()
-            else:
-                import resource
-
-                record["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-                record["device"] = "cpu"
-            record["trainer"] = type(kwargs.get("model")).__name__
-            Path(os.environ[PROBE_ENV]).write_text(json.dumps(record))
+            record["finished"] = True
+            write()
 
     init, training_step = trainer_cls.__init__, trainer_cls.training_step
 
     def patched_init(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
+        record["trainer_ready_after_s"] = time.time() - launched
         self.add_callback(Probe())
         record["trainer_class"] = type(self).__name__
 
@@ -117,7 +135,10 @@ def train_summary(record: dict[str, Any], warmup: int) -> dict[str, Any]:
     losses = record.get("losses") or [float("nan")]
     return {"tokens_per_s": counted / seconds, "peak_mib": record["peak_mib"], "timed_steps": len(ends) - 1 - warmup,
             "s_per_step": seconds / (len(ends) - 1 - warmup), "loss_first": losses[0], "loss_last": losses[-1],
-            "device": record.get("device"), "trainer_class": record.get("trainer_class")}  # fmt: skip
+            "device": record.get("device"), "trainer_class": record.get("trainer_class"),
+            "finished": record.get("finished", False), "steps_done": len(ends),
+            "trainer_ready_after_s": record.get("trainer_ready_after_s"),
+            "first_step_after_s": record.get("first_step_after_s")}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------

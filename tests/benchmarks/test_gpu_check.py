@@ -91,7 +91,9 @@ def test_summary_table_has_every_part_and_the_ratios() -> None:
     check = _tool("gpu_check")
     run = {"tokens_per_s": 1000.0, "peak_mib": 2000.0, "s_per_step": 0.5, "loss_first": 3.0, "loss_last": 2.0,
            "trainer_class": "SFTTrainer", "speed_x_trl": 1.0, "memory_x_trl": 1.0}  # fmt: skip
-    ours = {**run, "trainer_class": "DistMatchSFTTrainer", "speed_x_trl": 1.2, "memory_x_trl": 0.9}
+    ours = {**run, "trainer_class": "DistMatchSFTTrainer", "speed_x_trl": 1.2, "memory_x_trl": 0.9,
+            "first_step_after_s": 21.5}  # fmt: skip
+    cut = {**ours, "partial": "timeout after 9 of 20 steps"}
     result = {
         "mode": "full on cuda",
         "environment": {
@@ -103,7 +105,7 @@ def test_summary_table_has_every_part_and_the_ratios() -> None:
         "records": [{"step": "triton", "status": "ok", "seconds": 12.0}],
         "triton": {"counts": {"passed": 59}, "verdict": "pass"},
         "train": {
-            "runs": {"trl": run, "gem_ls": ours, "emo": {"error": "timeout"}},
+            "runs": {"trl": run, "gem_ls": ours, "ce": cut, "emo": {"error": "timeout"}},
             "steps": 20,
             "warmup_steps": 3,
             "batch_size": 4,
@@ -114,8 +116,32 @@ def test_summary_table_has_every_part_and_the_ratios() -> None:
     text = check.summary_markdown(result)
     assert "NVIDIA H100; torch 2.11.0" in text and "| triton | ok | 12.0 | |" in text
     assert "| triton | pass | passed 59 |" in text and "| bench | not run | |" in text
-    assert "| gem_ls | DistMatchSFTTrainer | 1000 | 1.20 | 2000 | 0.90 | 0.500 | 3.000 -> 2.000 |" in text
+    assert (
+        "| gem_ls | DistMatchSFTTrainer | 1000 | 1.20 | 2000 | 0.90 | 0.500 | 3.000 -> 2.000 | 21.5 |" in text
+    )
+    assert "| ce | DistMatchSFTTrainer (timeout after 9 of 20 steps) | 1000 |" in text
     assert "| emo | error: timeout |" in text
+
+
+def test_a_run_stopped_by_its_time_limit_keeps_its_measured_steps(tmp_path: Path) -> None:
+    check = _tool("gpu_check")
+    probe = tmp_path / "run.probe.json"
+    record = {"step_end_s": [10.0, 11.0, 12.0, 14.0], "step_tokens": [100, 300, 500, 900], "peak_mib": 5.0,
+              "losses": [2.0, 1.5], "trainer_class": "DistMatchSFTTrainer", "finished": False}  # fmt: skip
+    probe.write_text(json.dumps(record))
+    got = check.run_result("gem_ls", "timeout", probe, warmup=1, steps=20)
+    assert got["partial"] == "timeout after 4 of 20 steps" and got["tokens_per_s"] == pytest.approx(200)
+    assert check.run_result("gem_ls", "ok", probe.with_name("x"), 1, 20) == {"error": "no probe record"}
+    assert check.run_result("gem_ls", "failed", probe, 1, 20) == {"error": "failed"}
+    assert check.run_result("trl", "ok", probe, 1, 20) == {
+        "error": "trained by DistMatchSFTTrainer, not SFTTrainer"
+    }
+    probe.write_text(json.dumps({**record, "finished": True}))
+    assert "partial" not in check.run_result("gem_ls", "ok", probe, 1, 20)
+    probe.write_text(json.dumps({**record, "step_end_s": [1.0], "step_tokens": [5]}))
+    assert check.run_result("gem_ls", "timeout", probe, 1, 20) == {
+        "error": "timeout: 1 steps recorded: too few to time"
+    }
 
 
 def test_unknown_step_or_run_is_refused() -> None:
@@ -167,6 +193,11 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert result["bench"]["rows"] == 2 and result["bench"]["errors"] == 0
     run = result["train"]["runs"]["gem_ls"]
     assert run["trainer_class"] == "DistMatchSFTTrainer" and run["tokens_per_s"] > 0 and run["peak_mib"] > 0
+    assert (
+        run["finished"]
+        and "partial" not in run
+        and 0 < run["trainer_ready_after_s"] < run["first_step_after_s"]
+    )
     assert result["parity"]["ok"] and result["parity"]["grad_rel_err_max"] < 1e-4
     assert not list(
         out.rglob("*.safetensors")

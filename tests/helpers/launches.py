@@ -5,6 +5,10 @@ tests those are is not guessed: every way a test can start a program from Python
 spawn / forkserver, `os.system`, `os.posix_spawn`) is watched while each test runs (its set-up, call and tear-down),
 and a test that starts one without carrying the `launches` marker fails with a message naming the marker. So the
 quick selection (`-m "not launches"`) can never silently run a launching test, and `make test` proves the markers.
+
+One exception: Triton's JIT compiler running the assembler it ships (`.../triton/backends/<backend>/bin/ptxas`) when
+a kernel is first compiled on a GPU. That is the kernel's compilation, not the test starting a program (on CPU the
+same tests run Triton's interpreter and start nothing); any other program, `ptxas` elsewhere too, still counts.
 """
 
 from __future__ import annotations
@@ -23,7 +27,17 @@ _running: list[str] = []
 launched: dict[str, str] = {}
 
 
+def _is_triton_compiler(what: Any) -> bool:
+    """argv whose program is a tool in Triton's own backend folder (`triton/backends/<backend>/bin/<tool>`)."""
+    if isinstance(what, (str, bytes, os.PathLike)) or not what:
+        return False
+    parts = os.fsdecode(next(iter(what))).split(os.sep)
+    return len(parts) >= 5 and parts[-5] == "triton" and parts[-4] == "backends" and parts[-2] == "bin"
+
+
 def _note(what: Any) -> None:
+    if _is_triton_compiler(what):
+        return
     if _running and _running[-1] not in launched:
         launched[_running[-1]] = str(what)[:200]
 

@@ -230,6 +230,19 @@ def test_first_use_self_check_runs_once_and_passes(triton_rows, monkeypatch):
     assert kernels_module._CHECKED == {(DEVICE.type, torch.float32)}
 
 
+@pytest.mark.parametrize("name", ["gem_ls", "emo"])
+def test_first_use_self_check_passes_inside_the_trainers_bf16_autocast(triton_rows, monkeypatch, name):
+    """`trl sft --bf16` selects the kernel inside autocast; the check's closed forms must not run in bf16 there
+    (found on an H200: every --loss run stopped with 'entropy: max |diff| 0.0129')."""
+    monkeypatch.setattr(kernels_module, "_CHECKED", set())
+    hidden, weight = torch.randn(4, 6, device=DEVICE), torch.randn(9, 6, device=DEVICE)
+    extra = {"cost_embedding": weight.detach().clone()} if name == "emo" else {}
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+        loss = fused_token_loss(name, hidden, weight, torch.tensor([0, 1, -100, 8], device=DEVICE), **extra)
+    assert torch.isfinite(loss).all()
+    assert kernels_module._CHECKED == {(DEVICE.type, torch.float32)}
+
+
 def test_first_use_self_check_stops_a_faulty_kernel(triton_rows, monkeypatch):
     """An injected fault (EMO's gradient off by 1e-3 in one column) behind the real kernel: stopped, with the fix."""
     original = triton_rows.triton_chunk_math

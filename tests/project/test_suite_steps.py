@@ -150,6 +150,20 @@ def test_spawns_unmarked():
 def test_os_system_unmarked():
     import os
     assert os.system("true") == 0
+
+def _tool(folder):
+    import os, pathlib
+    path = pathlib.Path(os.environ["GUARDED_SCRATCH"], *folder, "ptxas")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\\nexit 0\\n")
+    path.chmod(0o755)
+    return str(path)
+
+def test_triton_compiles_unmarked():
+    subprocess.run([_tool(["triton", "backends", "nvidia", "bin"]), "-v"], check=True)
+
+def test_ptxas_elsewhere_unmarked():
+    subprocess.run([_tool(["cuda", "bin"]), "-v"], check=True)
 """
 
 
@@ -180,20 +194,29 @@ def guarded_tests(tmp_path: Path) -> Path:
 
 
 def test_a_test_that_launches_without_the_marker_fails(guarded_tests: Path) -> None:
-    done = _inner_pytest(guarded_tests, "-p", "no:xdist")
+    done = _inner_pytest(guarded_tests, "-p", "no:xdist", GUARDED_SCRATCH=str(guarded_tests / "scratch"))
     out = done.stdout
     assert done.returncode == 1, out
-    assert "5 passed, 3 errors" in out, out
-    for name in ("test_starts_python_unmarked", "test_spawns_unmarked", "test_os_system_unmarked"):
+    assert "7 passed, 4 errors" in out, out
+    unmarked = ("test_starts_python_unmarked", "test_spawns_unmarked", "test_os_system_unmarked")
+    for name in (*unmarked, "test_ptxas_elsewhere_unmarked"):
         assert f"test_guarded.py::{name} started a program" in out, (name, out)
         assert "without the `launches` marker" in out
     assert "test_starts_python_marked started a program" not in out
     assert "test_quiet started a program" not in out
+    assert "test_triton_compiles_unmarked started a program" not in out  # Triton's JIT assembler on a GPU
 
 
 def test_recording_lists_the_launching_tests_instead(guarded_tests: Path, tmp_path_factory) -> None:
     record = tmp_path_factory.mktemp("record") / "launches"
-    done = _inner_pytest(guarded_tests, "-p", "no:xdist", DISTMATCH_RECORD_LAUNCHES=str(record))
+    done = _inner_pytest(
+        guarded_tests,
+        "-p",
+        "no:xdist",
+        "-k",
+        "not triton and not ptxas",
+        DISTMATCH_RECORD_LAUNCHES=str(record),
+    )
     assert done.returncode == 0, done.stdout
     lines = Path(f"{record}.main").read_text().splitlines()
     names = sorted(line.split("\t")[0].rsplit("::", 1)[1] for line in lines)
@@ -207,7 +230,7 @@ def test_quick_selection_leaves_the_marked_tests_out(guarded_tests: Path) -> Non
         guarded_tests, "-p", "no:xdist", "-m", "not launches", "-k", "quiet or starts_python_marked"
     )
     assert done.returncode == 0, done.stdout
-    assert "1 passed, 4 deselected" in done.stdout, done.stdout
+    assert "1 passed, 6 deselected" in done.stdout, done.stdout
 
 
 def test_make_test_quick_selects_no_launching_test() -> None:

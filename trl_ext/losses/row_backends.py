@@ -63,7 +63,9 @@ def check_kernel(row_math: RowMath, device: torch.device, dtype: torch.dtype) ->
     if key in _CHECKED:
         return
     z, y, similarity = _self_check_problem(device=device, dtype=dtype)
-    with torch.no_grad():
+    # Autocast off: the check runs where the kernel is first selected, often inside the trainer's bf16 autocast,
+    # which would lower the closed forms' matmuls (the entropy's, EMO's) and fail a correct kernel.
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
         for name, params in SELF_CHECK_CASES:
             sim = similarity if LOSSES[name].needs_cost_embedding else None
             want = chunk_math(name, params, z.clone(), y, None if sim is None else sim.clone(),
