@@ -202,6 +202,20 @@ def run_result(run: str, status: str, probe: Path, warmup: int, steps: int) -> d
     return result
 
 
+def train_verdict(runs: dict[str, dict[str, Any]]) -> str:
+    """`errors` if any run failed (or none ran), else `partial` if any was cut by its limit, else `ok`."""
+    if not runs or any("error" in r for r in runs.values()):
+        return "errors"
+    return "partial" if any(r.get("partial") for r in runs.values()) else "ok"
+
+
+def step_limits(args: argparse.Namespace) -> dict[str, float]:
+    """Seconds per step: the GPU or CPU table, a training run's from `--run-limit` when given."""
+    limits = dict(CPU_LIMITS if args.tiny else LIMITS)
+    limits["train_run"] = args.run_limit or limits["train_run"]
+    return limits
+
+
 def step_train(
     args: argparse.Namespace, runner: Runner, limits: dict[str, float], site: Path, build: dict[str, Any]
 ) -> dict[str, Any]:
@@ -377,11 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     args.scratch.mkdir(parents=True, exist_ok=True)
-    limits = dict(CPU_LIMITS if args.tiny else LIMITS)
-    limits["train_run"] = args.run_limit or limits["train_run"]
+    limits = step_limits(args)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled", "DO_NOT_TRACK": "1",
-           "HF_DATASETS_CACHE": str(args.scratch / "hf-datasets-cache"), "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+           "HF_DATASETS_CACHE": str(args.scratch / "hf-datasets-cache")}  # fmt: skip
+    # Bytecode is written (the kit is installed --no-compile): each run after the first reuses what the first compiled.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     # The working tree first (its distmatch, not the kit wheel's, which may be older), then the kit's folder.
     paths = (str(REPO_ROOT), str(args.site), env.get("PYTHONPATH", ""))
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
@@ -397,10 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     if "train" in args.steps:
         train = step_train(args, runner, limits, args.site, build) if build else {"runs": {}}
         runs = train.get("runs", {})
-        train["verdict"] = (
-            "errors" if not runs or [r for r in runs.values() if "error" in r]
-            else "partial" if [r for r in runs.values() if r.get("partial")] else "ok"
-        )  # fmt: skip
+        train["verdict"] = train_verdict(runs)
         result["train"] = train
     if "bench" in args.steps:  # last: it takes what is left of the budget
         result["bench"] = step_bench(args, runner, limits)

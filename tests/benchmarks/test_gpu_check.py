@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -138,10 +139,76 @@ def test_a_run_stopped_by_its_time_limit_keeps_its_measured_steps(tmp_path: Path
     }
     probe.write_text(json.dumps({**record, "finished": True}))
     assert "partial" not in check.run_result("gem_ls", "ok", probe, 1, 20)
+    # Either sign of a cut run is enough: killed after training ended, or exited 0 before the probe saw the end.
+    assert check.run_result("gem_ls", "timeout", probe, 1, 20)["partial"] == "timeout after 4 of 20 steps"
+    probe.write_text(json.dumps(record))
+    assert check.run_result("gem_ls", "ok", probe, 1, 20)["partial"] == "ok after 4 of 20 steps"
     probe.write_text(json.dumps({**record, "step_end_s": [1.0], "step_tokens": [5]}))
     assert check.run_result("gem_ls", "timeout", probe, 1, 20) == {
         "error": "timeout: 1 steps recorded: too few to time"
     }
+
+
+def test_train_verdict_puts_failed_runs_before_cut_ones() -> None:
+    check = _tool("gpu_check")
+    ok, cut, failed = (
+        {"tokens_per_s": 1.0},
+        {"tokens_per_s": 1.0, "partial": "timeout after 9 of 20 steps"},
+        {"error": "x"},
+    )
+    assert check.train_verdict({"a": ok, "b": ok}) == "ok"
+    assert check.train_verdict({"a": ok, "b": cut}) == "partial"
+    assert check.train_verdict({"a": failed, "b": cut}) == "errors"
+    assert check.train_verdict({"a": cut, "b": failed}) == "errors"
+    assert check.train_verdict({}) == "errors"
+
+
+def test_run_limit_sets_each_training_runs_limit() -> None:
+    check = _tool("gpu_check")
+    assert check.step_limits(check.parse_args([]))["train_run"] == check.LIMITS["train_run"]
+    limits = check.step_limits(check.parse_args(["--run-limit", "90"]))
+    assert limits["train_run"] == 90 and limits["build"] == check.LIMITS["build"]
+    assert check.step_limits(check.parse_args(["--device", "cpu", "--run-limit", "7"]))["train_run"] == 7
+
+
+def test_probe_record_is_on_disk_after_every_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run cut by its limit keeps what it measured: the record is rewritten at each step's end, and 'first step
+    after s' is the first step's (later steps leave it alone)."""
+    import torch
+
+    worker = _tool("gpu_check_worker")
+    probe = tmp_path / "run.probe.json"
+    monkeypatch.setenv(worker.PROBE_ENV, str(probe))
+    monkeypatch.setenv(worker.LAUNCHED_ENV, repr(time.time() - 100.0))
+
+    class Host:  # the two methods the probe wraps, and the callback list of a transformers Trainer
+        def __init__(self) -> None:
+            self.callbacks: list = []
+
+        def add_callback(self, callback) -> None:
+            self.callbacks.append(callback)
+
+        def training_step(self, model, inputs):
+            return 0.0
+
+    worker._patch_trainer(Host)
+    host = Host()
+    (callback,) = host.callbacks
+    host.training_step(None, {"input_ids": torch.ones(1, 8, dtype=torch.long)})
+    callback.on_step_end(None, None, None)
+    first = json.loads(probe.read_text())
+    assert first["step_tokens"] == [8] and not first["finished"] and first["trainer_class"] == "Host"
+    assert 100 <= first["first_step_after_s"] < 200 and first["peak_mib"] > 0
+    time.sleep(0.05)
+    host.training_step(
+        None, {"input_ids": torch.ones(1, 8), "attention_mask": torch.tensor([[1] * 5 + [0] * 3])}
+    )
+    callback.on_step_end(None, None, None)
+    second = json.loads(probe.read_text())
+    assert second["step_tokens"] == [8, 13] and not second["finished"]
+    assert second["first_step_after_s"] == first["first_step_after_s"]
+    callback.on_train_end(None, None, None)
+    assert json.loads(probe.read_text())["finished"]
 
 
 def test_unknown_step_or_run_is_refused() -> None:

@@ -104,6 +104,19 @@ def _make_dry_run(target: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_programs_make_starts_write_bytecode_whatever_the_shell_says() -> None:
+    """The venvs hold no bytecode (uv writes none; pip is told --no-compile), so a shell exporting
+    PYTHONDONTWRITEBYTECODE (this machine's do) would make every process of the suite compile torch, transformers
+    and TRL from source again: the Makefile unexports it for everything it starts."""
+    show = "import os; print('PYTHONDONTWRITEBYTECODE=' + repr(os.environ.get('PYTHONDONTWRITEBYTECODE')))"
+    done = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval", f'dm-env-probe:\n\t@python3 -c "{show}"', "dm-env-probe"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "PYTHONDONTWRITEBYTECODE=None", done.stdout
+
+
 def test_make_test_runs_every_step_with_a_budget() -> None:
     """`make test` is the step runner over the venv builds, lint, the release check and the five venvs' tests."""
     done = _make_dry_run("test")
@@ -163,7 +176,7 @@ def test_triton_compiles_unmarked():
     subprocess.run([_tool(["triton", "backends", "nvidia", "bin"]), "-v"], check=True)
 
 def test_ptxas_elsewhere_unmarked():
-    subprocess.run([_tool(["cuda", "bin"]), "-v"], check=True)
+    subprocess.run([_tool(["vendor", "backends", "nvidia", "bin"]), "-v"], check=True)
 """
 
 
