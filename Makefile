@@ -46,7 +46,8 @@ INSTALL = $(PYTHON) tools/installer.py
 # Every program make starts may write Python's bytecode cache (__pycache__/*.pyc), whatever the calling shell says:
 # the installers write none (uv by default, pip told --no-compile), so with PYTHONDONTWRITEBYTECODE set (this
 # machine's shells set it) every process of the suite compiled torch, transformers, TRL, ... from source again:
-# `make test-opencompass` on a fresh venv took 161 s that way, 68 s with the cache (docs/development.md "Times").
+# `make test-opencompass` on a venv without bytecode took 161 s that way, 106 s writing the cache as it went and 49 s
+# once it was written (docs/development.md "Times").
 unexport PYTHONDONTWRITEBYTECODE
 
 VENV ?= .venv

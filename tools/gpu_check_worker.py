@@ -74,17 +74,16 @@ def _patch_trainer(trainer_cls: Any) -> None:
         "finished": False,
     }
     cuda = torch.cuda.is_available()
+    record["device"] = torch.cuda.get_device_name() if cuda else "cpu"
     launched = float(os.environ.get(LAUNCHED_ENV, "nan"))  # wall clock when the driver started `trl sft`
 
-    def write() -> None:
+    def write() -> None:  # after every step: kept small, its time falls into the next step's
         if cuda:
             record["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
-            record["device"] = torch.cuda.get_device_name()
         else:
             import resource
 
             record["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            record["device"] = "cpu"
         target = Path(os.environ[PROBE_ENV])
         target.with_suffix(".tmp").write_text(json.dumps(record))
         target.with_suffix(".tmp").replace(target)
