@@ -286,14 +286,15 @@ test-quick: $(CORE_STAMP)
 test-core: $(CORE_STAMP)
 	$(call pytest_run,$(VENV),$(NOT_ENV_MARKED))
 
-# The Axolotl-specific tests, the TRL trainer and CLI tests, then the loss library (tests/losses/, with the Triton
-# kernels' CPU interpreter tests: Triton is installed here), on the TRL 1.9 / transformers 5.16 stack. Two pytest runs:
-# Triton chooses between compiling and interpreting when it is first imported, and Axolotl and the libraries some
-# loss tests load import it, so the loss library's run sets TRITON_INTERPRET=1 in its environment (this machine has
-# no GPU; tools/gpu_check.sh runs the same tests compiled on CUDA).
+# The Axolotl-specific tests and the TRL trainer and CLI tests on the TRL 1.9 / transformers 5.16 stack, then the
+# Triton kernels' CPU interpreter tests (tests/losses/test_triton.py: Triton is installed here, not in .venv). Only
+# those of the loss library: the rest is pure torch, the same torch 2.13 as .venv's, where it runs. Two pytest runs:
+# Triton chooses between compiling and interpreting when it is first imported, and Axolotl imports it, so the kernel
+# tests' run sets TRITON_INTERPRET=1 in its environment (this machine has no GPU; tools/gpu_check.sh runs the same
+# tests compiled on CUDA).
 test-axolotl: $(AXO_STAMP)
 	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or (trl_cli and not one_stack))
-	$(call pytest_run,$(VENV_AXOLOTL),loss_library,,TRITON_INTERPRET=1)
+	$(call pytest_run,$(VENV_AXOLOTL),loss_library,tests/losses/test_triton.py,TRITON_INTERPRET=1)
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)

@@ -149,6 +149,8 @@ LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
 # TRL stack. A few train: each of those adds nothing TRL-specific beyond the named test (the reason is written next to
 # it), so every TRL-facing path (the parser hook, training, saving, resuming) still runs on both stacks. Test name ->
 # the test that covers its path on TRL 1.9.
+#: the record check on resume that runs on TRL 1.9 (before TRL loads anything)
+RESUME_REFUSED = "test_trl_resume.py::test_resume_with_another_loss_is_refused[trl]"
 ONE_STACK_TESTS: dict[str, dict[str, str]] = {
     "trl/cli/test_trl_sft.py": {
         "test_trl_sft_refuses_settings_that_would_train_something_else[option_of_another_loss]": "[option_without_loss]",
@@ -164,33 +166,41 @@ ONE_STACK_TESTS: dict[str, dict[str, str]] = {
         # each rank runs the hook's one-process path; the two-process launch itself is checked on .venv's TRL
         "test_trl_sft_two_processes_through_the_hook": "test_trl_sft_loss_flags_through_the_hook",
     },
+    # The whole module: the run record, its checks and the model card's history are distmatch's own (JSON beside the
+    # checkpoint, checked while parsing, before TRL loads anything). The TRL-facing paths they ride on run on TRL 1.9
+    # in the tests named: a record-based refusal on resume, training against a reference checkpoint, saving the record
+    # and the card in every checkpoint, a resume that changes the loss, and `trl sft --loss` training.
     "trl/cli/test_trl_records.py": {
-        "test_a_newer_versions_unknown_option_is_refused": "test_a_relative_reference_that_is_another_model_on_resume_"
-        "is_refused",
-        "test_a_hand_edited_record_value_is_refused_naming_the_record[0]": "test_a_relative_reference_that_is_another_"
-        "model_on_resume_is_refused",
-        "test_a_hand_edited_record_value_is_refused_naming_the_record[abc]": "test_a_relative_reference_that_is_another_"
-        "model_on_resume_is_refused",
-        "test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading[missing]": "[model]",
-        "test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading[output]": "[model]",
-        "test_a_reference_folder_without_complete_weights_is_refused_while_parsing[no_weights-anchor_reference]": (
-            "[truncated-anchor_reference]"
+        "test_the_record_identifies_the_reference_by_path_and_weights": (
+            "test_trl_sft.py::test_trl_sft_asft_with_another_checkpoint_as_the_reference"
         ),
-        "test_a_reference_folder_without_complete_weights_is_refused_while_parsing[no_weights-emo_cost_embedding]": (
-            "[truncated-anchor_reference]"
+        "test_a_relative_reference_that_is_another_model_on_resume_is_refused": RESUME_REFUSED,
+        "test_a_newer_versions_unknown_option_is_refused": RESUME_REFUSED,
+        "test_a_hand_edited_record_value_is_refused_naming_the_record[0]": RESUME_REFUSED,
+        "test_a_hand_edited_record_value_is_refused_naming_the_record[abc]": RESUME_REFUSED,
+        "test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading[model]": RESUME_REFUSED,
+        "test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading[missing]": RESUME_REFUSED,
+        "test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading[output]": RESUME_REFUSED,
+        "test_a_new_run_into_a_recorded_folder_is_refused": RESUME_REFUSED,
+        # `--overwrite_run` removes the old run's checkpoints before TRL starts; the run it then trains is the named one
+        "test_overwrite_run_removes_the_old_runs_checkpoints": "test_trl_sft.py::test_trl_sft_loss_flags_through_the_hook",
+        # the history and the card's section are ours; the resume that changes the loss trains on TRL 1.9 there
+        "test_a_loss_change_keeps_the_history_in_the_record_and_the_card": (
+            "test_trl_resume.py::test_resume_with_allow_loss_change_trains_the_new_loss"
         ),
-        "test_a_reference_folder_without_complete_weights_is_refused_while_parsing[truncated-emo_cost_embedding]": (
-            "[truncated-anchor_reference]"
-        ),
-        "test_options_that_train_nothing_or_overflow_are_refused[equal_p_bounds]": (
-            "test_trl_sft.py::test_trl_sft_refuses_settings_that_would_train_something_else[bad_beta]"
-        ),
-        "test_options_that_train_nothing_or_overflow_are_refused[prob_q_overflow]": (
-            "test_trl_sft.py::test_trl_sft_refuses_settings_that_would_train_something_else[bad_beta]"
-        ),
-        "test_options_that_train_nothing_or_overflow_are_refused[kl_weight_overflow]": (
-            "test_trl_sft.py::test_trl_sft_refuses_settings_that_would_train_something_else[bad_beta]"
-        ),
+        **{
+            f"test_a_reference_folder_without_complete_weights_is_refused_while_parsing[{damage}-{option}]": (
+                "test_trl_sft.py::test_damaged_cost_embedding_files_are_refused_before_loading[truncated]"
+            )
+            for damage in ("no_weights", "truncated")
+            for option in ("anchor_reference", "emo_cost_embedding")
+        },
+        **{
+            f"test_options_that_train_nothing_or_overflow_are_refused[{case}]": (
+                "test_trl_sft.py::test_trl_sft_refuses_settings_that_would_train_something_else[bad_beta]"
+            )
+            for case in ("equal_p_bounds", "prob_q_overflow", "kl_weight_overflow")
+        },
     },
     "trl/cli/test_trl_resume.py": {
         "test_resume_with_another_loss_is_refused[distmatch-trl]": "[trl]",
