@@ -66,8 +66,21 @@ def emo_run(assets, tmp_path_factory) -> dict[str, Any]:
     venv = make_project_like_venv(base / "venv", REPO_ROOT)
     out = base / "first"
     result = _axolotl_train(venv, _config(assets, out, loss="emo", max_steps=1), base)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    return {"venv": venv, "out": out, "checkpoint": out / "checkpoint-1"}
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    return {"venv": venv, "out": out, "checkpoint": out / "checkpoint-1", "output": output}
+
+
+def test_loss_without_plugins_line_trains_the_distmatch_objective(emo_run) -> None:
+    """`loss:` and no `plugins:` line: the activation hook (distmatch_hooks/axolotl.py) added the plugin, and the
+    distmatch trainer trained EMO's objective (not Axolotl's cross-entropy)."""
+    assert f"Plugin loaded successfully: {PLUGIN}" in emo_run["output"], emo_run["output"][-6000:]
+    (entry,) = [entry for entry in printed_logs(emo_run["output"]) if "loss" in entry]
+    assert {"ce", "entropy", "mean_token_accuracy", "demd"} <= set(entry), (
+        entry
+    )  # the distmatch trainer's metrics
+    # EMO's transport term, which only the EMO loss computes (emo1's objective equals CE in value by design)
+    assert 0 < entry["demd"] < 2, entry  # a cosine cost lies in [0, 2]
 
 
 def test_the_run_records_its_loss_in_the_checkpoint_and_the_output(emo_run) -> None:
