@@ -14,7 +14,8 @@ clipping, so that a wrong gradient scale shows in the loss of step 2, in the log
   `x num_processes` factor under `average_tokens_across_devices`).
 
 Every rank must end normally: exit status 0 (the launcher's is 0 only if all ranks' are), no abort on stderr, and
-every rank reports no communication thread left at its exit (`trl_ext.teardown`).
+every rank reports no communication thread left at its exit (`trl_ext.teardown`). The command line's process is forked
+from a warm interpreter (tests/helpers/warm_cli.py); the ranks `accelerate launch` starts are fresh interpreters.
 
 DeepSpeed's first run compiles a small shared-memory op (~30 s; cached per venv under ~/.cache/distmatch-tests).
 Marked `multiprocess`: `make test SKIP_MULTIPROCESS=1` (or `pytest -m 'not multiprocess'`) skips them locally.
@@ -31,6 +32,7 @@ import pytest
 from tests.helpers.cli import assert_every_rank_ended_cleanly, free_port, run_cli, tail
 from tests.helpers.env import extensions_dir
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
+from tests.helpers.warm_cli import WarmCli
 
 pytestmark = pytest.mark.slow  # multiprocess: tests/conftest.py FOLDER_MARKERS
 
@@ -102,11 +104,20 @@ def _logs(out: Path) -> list[dict]:
 
 
 def _train(
-    command: list, assets: dict[str, Path], name: str, loss: str, batch: int, ranks: int = 2, **env: str
+    cli: WarmCli,
+    command: list,
+    assets: dict[str, Path],
+    name: str,
+    loss: str,
+    batch: int,
+    ranks: int = 2,
+    **env: str,
 ) -> dict:
+    """The launch's first process (the command line, which starts `accelerate launch`) is forked from the warm
+    interpreter (tests/helpers/warm_cli.py); the ranks it starts are fresh interpreters, as always."""
     out = assets["root"] / name
     debug = assets["root"] / f"{name}-cost"
-    result = run_cli(
+    result = cli.run(
         [*command, "--loss", loss, *_args(assets, out, batch)],
         assets["root"],
         timeout=TIMEOUT,
@@ -119,14 +130,20 @@ def _train(
 
 
 @pytest.fixture(scope="module")
-def single(assets, wheel_venv):
+def single(assets, wheel_venv, warm_cli):
     """One process, 8 rows a step: the reference of every multi-process run (one per loss, shared)."""
     runs = {}
 
     def get(loss: str) -> dict:
         if loss not in runs:
             runs[loss] = _train(
-                [wheel_venv.distmatch_trl, "sft"], assets, f"single-{loss}", loss, 2 * LOCAL_BATCH, ranks=1
+                warm_cli,
+                [wheel_venv.distmatch_trl, "sft"],
+                assets,
+                f"single-{loss}",
+                loss,
+                2 * LOCAL_BATCH,
+                ranks=1,
             )
         return runs[loss]
 
@@ -167,9 +184,10 @@ def _assert_cost_embedding_is_the_pretrained_head(run: dict, assets: dict[str, P
 
 
 @pytest.mark.parametrize("loss", ["emo", "gem_ls"])
-def test_deepspeed_zero3_distmatch_trl(assets, single, wheel_venv, loss):
+def test_deepspeed_zero3_distmatch_trl(assets, single, wheel_venv, warm_cli, loss):
     """`distmatch-trl sft` under ZeRO-3 with the head partitioned: the same steps as one process."""
     run = _train(
+        warm_cli,
         [wheel_venv.distmatch_trl, "sft", *_deepspeed_launch(assets, 3)],
         assets,
         f"zero3-{loss}",
@@ -183,11 +201,10 @@ def test_deepspeed_zero3_distmatch_trl(assets, single, wheel_venv, loss):
 
 
 @pytest.mark.parametrize("loss", ["emo", "gem_ls"])
-def test_deepspeed_zero2_trl_sft_hook(assets, single, wheel_venv, loss):
+def test_deepspeed_zero2_trl_sft_hook(assets, single, wheel_venv, warm_cli, loss):
     """`trl sft` (the activation hook) under ZeRO-2: the same steps as one process."""
-    run = _train(
-        [wheel_venv.trl, "sft", *_deepspeed_launch(assets, 2)], assets, f"zero2-{loss}", loss, LOCAL_BATCH
-    )
+    command = [wheel_venv.trl, "sft", *_deepspeed_launch(assets, 2)]
+    run = _train(warm_cli, command, assets, f"zero2-{loss}", loss, LOCAL_BATCH)
     _assert_same_steps(run, single(loss))
     if loss == "emo":
         _assert_cost_embedding_is_the_pretrained_head(run, assets)
@@ -209,13 +226,13 @@ def test_deepspeed_zero3_refuses_a_live_cost_embedding(assets, wheel_venv):
     assert not list(out.glob("checkpoint-*"))
 
 
-def test_ddp_trl_sft_matches_one_process(assets, single, wheel_venv):
+def test_ddp_trl_sft_matches_one_process(assets, single, wheel_venv, warm_cli):
     """`trl sft --multi_gpu` (DDP over gloo): loss, grad norm and trained weights equal one process at 2 x batch."""
     import torch
     from safetensors.torch import load_file
 
     launch = ["--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port())]
-    run = _train([wheel_venv.trl, "sft", *launch], assets, "ddp-gem_ls", "gem_ls", LOCAL_BATCH)
+    run = _train(warm_cli, [wheel_venv.trl, "sft", *launch], assets, "ddp-gem_ls", "gem_ls", LOCAL_BATCH)
     reference = single("gem_ls")
     _assert_same_steps(run, reference)
     trained = load_file(next(run["out"].glob("checkpoint-*/model.safetensors")))
@@ -229,13 +246,14 @@ def test_ddp_trl_sft_matches_one_process(assets, single, wheel_venv):
     assert moved > 1e-3  # the weights did move
 
 
-def test_deepspeed_zero3_anchored_loss_matches_one_process(assets, wheel_venv):
+def test_deepspeed_zero3_anchored_loss_matches_one_process(assets, wheel_venv, warm_cli):
     """`asft` under ZeRO-3 with the head partitioned, anchored to another checkpoint (so the KL is far from 0 from
     step 1): the reference is loaded partitioned like the policy and gathered in its forward (a partition alone
     would fail or differ); loss, grad norm and KL equal one process."""
     other = build_tiny_llama(assets["root"] / "other-reference", seed=1)
     flags = ["--anchor_reference", str(other), "--anchor_kl_weight", "1.0"]
     run = _train(
+        warm_cli,
         [wheel_venv.distmatch_trl, "sft", *_deepspeed_launch(assets, 3), *flags],
         assets,
         "zero3-asft",
@@ -244,7 +262,13 @@ def test_deepspeed_zero3_anchored_loss_matches_one_process(assets, wheel_venv):
         DISTMATCH_DEBUG_REFERENCE=str(assets["root"] / "zero3-asft-reference"),
     )
     one = _train(
-        [wheel_venv.distmatch_trl, "sft", *flags], assets, "single-asft", "asft", 2 * LOCAL_BATCH, ranks=1
+        warm_cli,
+        [wheel_venv.distmatch_trl, "sft", *flags],
+        assets,
+        "single-asft",
+        "asft",
+        2 * LOCAL_BATCH,
+        ranks=1,
     )
     _assert_same_steps(run, one)
     for got, want in zip(run["logs"], one["logs"]):

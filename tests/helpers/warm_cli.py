@@ -15,8 +15,10 @@ What a warm run cannot show is interpreter start itself, so the first refused co
 script, `distmatch-trl`, `python -m lm_eval`, ...) in a session also runs cold, as a plain subprocess, and the two must
 agree: the same exit status and the same `error:` lines (a refusal writes nothing, so it can run twice). A command
 whose environment differs from the warm process's in what only interpreter start reads (`PYTHONPATH`,
-`PYTHONSTARTUP`, ...) runs cold. Multi-process launches, the
-kill / disk-full fault tests and the documented commands always run cold (`run_cli`).
+`PYTHONSTARTUP`, ...) runs cold. The first process of the multi-process runs of tests/distributed/test_trl_distributed.py
+is forked too (it parses and starts `accelerate launch`; the ranks are fresh interpreters, as always); the two-process
+hook launch of tests/trl/cli/test_trl_sft.py, the kill / disk-full fault tests and the documented commands run cold
+(`run_cli`).
 """
 
 from __future__ import annotations
