@@ -144,13 +144,15 @@ LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: the record check on resume that runs on TRL 1.9 (before TRL loads anything): the cover of most record tests
+RESUME_REFUSED = "test_trl_resume.py::test_resume_with_another_loss_is_refused[trl]"
+
+
 # `one_stack`: command-line tests run on .venv's TRL only, not again on .venv-axolotl's TRL 1.9. Most are message
 # checks on a refusal path (our option, file and record checks, before TRL trains) that the named test runs on every
 # TRL stack. A few train: each of those adds nothing TRL-specific beyond the named test (the reason is written next to
 # it), so every TRL-facing path (the parser hook, training, saving, resuming) still runs on both stacks. Test name ->
 # the test that covers its path on TRL 1.9.
-#: the record check on resume that runs on TRL 1.9 (before TRL loads anything)
-RESUME_REFUSED = "test_trl_resume.py::test_resume_with_another_loss_is_refused[trl]"
 ONE_STACK_TESTS: dict[str, dict[str, str]] = {
     "trl/cli/test_trl_sft.py": {
         "test_trl_sft_refuses_settings_that_would_train_something_else[option_of_another_loss]": "[option_without_loss]",

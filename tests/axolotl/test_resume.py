@@ -76,9 +76,8 @@ def test_loss_without_plugins_line_trains_the_distmatch_objective(emo_run) -> No
     distmatch trainer trained EMO's objective (not Axolotl's cross-entropy)."""
     assert f"Plugin loaded successfully: {PLUGIN}" in emo_run["output"], emo_run["output"][-6000:]
     (entry,) = [entry for entry in printed_logs(emo_run["output"]) if "loss" in entry]
-    assert {"ce", "entropy", "mean_token_accuracy", "demd"} <= set(entry), (
-        entry
-    )  # the distmatch trainer's metrics
+    # the distmatch trainer's metrics
+    assert {"ce", "entropy", "mean_token_accuracy", "demd"} <= set(entry), entry
     # EMO's transport term, which only the EMO loss computes (emo1's objective equals CE in value by design)
     assert 0 < entry["demd"] < 2, entry  # a cosine cost lies in [0, 2]
 
