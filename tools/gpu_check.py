@@ -48,7 +48,14 @@ TRAIN_RUNS: dict[str, tuple[str, ...]] = {
     "gem_ls": ("--loss", "gem_ls"),
     "emo": ("--loss", "emo"),
     "asft": ("--loss", "asft"),
+    "gem_ls_lowmem": ("--loss", "gem_ls"),
+    "emo_lowmem": ("--loss", "emo"),
 }
+# Runs with the fused path's memory settings (docs/losses.md "Memory settings") besides their arguments.
+LOW_MEMORY_ENV = {"DISTMATCH_CHUNK_LOGITS": "input", "DISTMATCH_GRAD_WEIGHT_ACCUM": "weight",
+                  "DISTMATCH_CHUNK_MEMORY_MB": "64"}  # fmt: skip
+TRAIN_RUN_ENV: dict[str, dict[str, str]] = {"gem_ls_lowmem": LOW_MEMORY_ENV, "emo_lowmem": LOW_MEMORY_ENV}
+DEFAULT_RUNS = ("trl", "trl_liger", "ce", "gem_ls", "emo", "asft")
 STEPS = ("triton", "parity", "train", "bench")  # in this order (the benchmark takes what is left)
 # Seconds per step on the GPU (the whole run fits one 9-minute command; `--budget` caps the sum) and on the CPU.
 # Measured on an H200 (2026-11-27, benchmarks/results/gpu-2026-11-27): triton 28 s, build 25-29 s (cold imports), parity
@@ -225,7 +232,8 @@ def step_train(
     for run in args.runs:
         probe = work / f"{run}.probe.json"
         probe.unlink(missing_ok=True)
-        env = {**runner.env, PROBE_ENV: str(probe), LAUNCHED_ENV: repr(time.time()), "PYTHONUNBUFFERED": "1"}
+        env = {**runner.env, **TRAIN_RUN_ENV.get(run, {}), PROBE_ENV: str(probe), LAUNCHED_ENV: repr(time.time()),
+               "PYTHONUNBUFFERED": "1"}  # fmt: skip
         cmd = [sys.executable, str(launcher(site)), "sft", *train_args(run, build, args, args.scratch / run)]
         rec = runner.run(f"train_{run}", cmd, limits["train_run"], env=env)
         runs[run] = run_result(run, rec["status"], probe, args.warmup_steps, args.train_steps)
@@ -368,7 +376,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/distmatch-gpu-check"),
                         help="model, data and the runs' output folders (GiBs on the GPU; not under --out)")  # fmt: skip
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma list of {','.join(STEPS)}")
-    parser.add_argument("--runs", default=",".join(TRAIN_RUNS), help=f"training runs: {','.join(TRAIN_RUNS)}")
+    parser.add_argument(
+        "--runs", default=",".join(DEFAULT_RUNS), help=f"training runs: {','.join(TRAIN_RUNS)}"
+    )
     parser.add_argument("--budget", type=float, default=515.0, help="seconds for all steps together")
     parser.add_argument("--train-steps", type=int, default=None)
     parser.add_argument("--run-limit", type=float, default=None, help="seconds per training run (default: the "

@@ -76,19 +76,23 @@ def main(capability: int = 90) -> int:
     target = GPUTarget("cuda", capability, 32)
     block, num_warps = triton_rows.launch_config(VOCAB)
     count = 0
-    for loss, emo1, want_grad, want_stats in itertools.product(
-        TRITON_LOSSES, (True, False), (True, False), (True, False)
+    for chunk, loss, emo1, want_grad, want_stats in itertools.product(
+        ("fp32", "bf16"), TRITON_LOSSES, (True, False), (True, False), (True, False)
     ):
         if loss != "emo" and not emo1:
             continue
+        signature = {
+            **SIGNATURE,
+            "z_ptr": f"*{chunk}",
+        }  # float32 chunks, or DISTMATCH_CHUNK_LOGITS=input's bf16
         values = {"LOSS": TRITON_LOSSES.index(loss), "EMO1": emo1, "WANT_GRAD": want_grad, "WANT_STATS": want_stats,
                   "BLOCK": block}  # fmt: skip
         constexprs = {(names.index(k),): v for k, v in values.items()}
-        source = ASTSource(fn=triton_rows._distmatch_row_kernel, signature=SIGNATURE, constexprs=constexprs)
+        source = ASTSource(fn=triton_rows._distmatch_row_kernel, signature=signature, constexprs=constexprs)
         kernel = triton.compile(source, target=target, options={"num_warps": num_warps})
         usage = resource_usage(kernel.asm["cubin"])
         print(
-            f"compiled {loss} emo1={emo1} grad={want_grad} stats={want_stats} BLOCK={block} warps={num_warps}: {usage}"
+            f"compiled {chunk} {loss} emo1={emo1} grad={want_grad} stats={want_stats} BLOCK={block} warps={num_warps}: {usage}"
         )
         spilled = int(re.search(r"LOCAL:(\d+)", usage).group(1))
         if spilled:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.helpers.env import REPO_ROOT
-from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
+from trl_ext.losses import auto_chunk_size, fused_token_loss, reference_token_loss, token_loss
 from trl_ext.losses import row_backends as kernels_module
 from trl_ext.losses.row_backends import KERNELS_ENV, TRITON_LOSSES, select_row_math
 from trl_ext.losses.rows import chunk_math
@@ -191,6 +191,57 @@ def test_fused_and_chunked_paths_with_triton_equal_the_reference(triton_rows, mo
     assert logits.grad is not None and logits.grad[[1, 6]].abs().sum() == 0
 
 
+@pytest.mark.parametrize("name", TRITON_LOSSES)
+def test_input_dtype_chunk_logits_stay_within_bf16_roundings(triton_rows, monkeypatch, name):
+    """DISTMATCH_CHUNK_LOGITS=input: the kernel gets bf16 chunks (and writes bf16 gradients over them); the loss
+    and both gradients stay within a few bf16 roundings of float64, for a uniform and a per-token upstream
+    gradient, and a second backward (the forward's buffers consumed) recomputes the same gradients."""
+    monkeypatch.setattr(triton_rows, "MAX_BLOCK", 32)
+    seen = []
+
+    def spy(name_, params, z, *args, **kwargs):
+        seen.append(z.dtype)
+        return triton_rows.triton_chunk_math(name_, params, z, *args, **kwargs)
+
+    monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: spy)
+    monkeypatch.setattr(
+        kernels_module, "_CHECKED", {(DEVICE.type, torch.float32), (DEVICE.type, torch.bfloat16)}
+    )
+    monkeypatch.setenv("DISTMATCH_CHUNK_LOGITS", "input")
+    gen = torch.Generator().manual_seed(3)
+    n, d, vocab = 16, 16, 100
+    hidden = torch.randn(n, d, generator=gen).to(DEVICE, torch.bfloat16)
+    weight = (torch.randn(vocab, d, generator=gen) * 0.3).to(DEVICE, torch.bfloat16)
+    labels = torch.randint(0, vocab, (n,), generator=gen).to(DEVICE)
+    labels[[2, 9]] = -100
+    extra = {"cost_embedding": weight.clone()} if name == "emo" else {}
+    for upstream in (torch.full((n,), 0.05), torch.linspace(0.1, 1.0, n)):
+        upstream = upstream.to(DEVICE)
+        h64, w64 = hidden.double().requires_grad_(), weight.double().requires_grad_()
+        want = reference_token_loss(name, h64 @ w64.T, labels, **{k: v.double() for k, v in extra.items()})
+        (want * upstream).sum().backward()
+        h16, w16 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        seen.clear()
+        got = fused_token_loss(name, h16, w16, labels, chunk_size=5, **extra)
+        grads = torch.autograd.grad(got, (h16, w16), upstream, retain_graph=True)
+        assert seen and set(seen) == {torch.bfloat16}
+        again = torch.autograd.grad(got, (h16, w16), upstream)
+        for g, g2, exact in zip(grads, again, (h64.grad, w64.grad)):
+            assert g.dtype == torch.bfloat16
+            floor = float((exact.bfloat16().double() - exact).norm() / exact.norm())
+            for value in (g, g2):
+                assert float((value.double() - exact).norm() / exact.norm()) <= 4 * floor
+        torch.testing.assert_close(got.double(), want.detach(), rtol=2e-2, atol=2e-2)
+
+
+def test_input_dtype_chunk_logits_halve_the_automatic_chunk_bytes(monkeypatch):
+    """The automatic chunk is counted in the logits' dtype: the same budget holds twice the bf16 rows."""
+    monkeypatch.setenv(KERNELS_ENV, "torch")
+    assert auto_chunk_size(1000, torch.bfloat16, buffers=1) == 2 * auto_chunk_size(
+        1000, torch.float32, buffers=1
+    )
+
+
 def test_forced_triton_really_runs_the_kernel(triton_rows, monkeypatch):
     calls = []
     original = triton_rows.triton_chunk_math
@@ -278,7 +329,7 @@ def test_kernel_compiles_for_an_h100_without_a_gpu(tmp_path):
         [sys.executable, str(script), "90"], capture_output=True, text=True, env=env, timeout=600
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "20 variants compiled for sm_90" in out.stdout
+    assert "40 variants compiled for sm_90" in out.stdout
 
 
 @pytest.mark.skipif(not ON_CUDA, reason="real shapes in bf16 need a GPU")

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .registry import resolve
-from .row_backends import RowMath, select_row_math
+from .row_backends import RowMath, check_kernel, select_row_math
 from .rows import chunk_math
 from .spec import BASE_STATS, TokenStats
 from .validation import (
@@ -46,6 +46,11 @@ CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
 # rounded once per chunk). Error against float64: docs/losses.md "Weight-gradient accumulator".
 GRAD_WEIGHT_ACCUM_ENV = "DISTMATCH_GRAD_WEIGHT_ACCUM"
 GRAD_WEIGHT_VOCAB_TILE = 4096
+# The fused path's chunk of logits: "float32" (default) or "input" (the inputs' own dtype, e.g. bf16: each logit is
+# rounded once from the float32 product, as a bf16 model's full logits and Liger's chunks are; the Triton kernel
+# reads it in float32 and writes the gradient over it in place, and the hidden gradient is kept in the same dtype).
+# Half the chunk's bytes per row. Error and memory: docs/losses.md "Chunk logits".
+CHUNK_LOGITS_ENV = "DISTMATCH_CHUNK_LOGITS"
 DEFAULT_CHUNK_MEMORY_MB = 128
 # On GPUs a chunk needs >= ~1k rows for the logits matmul to be compute-bound at V = 128k.
 DEFAULT_CUDA_CHUNK_MEMORY_MB = 512
@@ -82,6 +87,9 @@ class _Plan:
     cost_inv_norm: Tensor | None  # ... and 1 / its row norms, applied to each chunk's similarity rows
     row_math: RowMath
     matmul_dtype: torch.dtype  # the matmul operands' dtype (float32 results either way)
+    logits_dtype: (
+        torch.dtype
+    )  # the chunk's logits (and their gradient): the compute dtype, or CHUNK_LOGITS_ENV=input
     # Anchored losses: the reference model's logits (logits path), or its hidden states and head (fused path).
     reference_logits: Tensor | None = None
     reference_hidden: Tensor | None = None
@@ -98,6 +106,14 @@ class _Plan:
             return torch.mm(a, b, out=out)
         return torch.mm(a, b, out_dtype=self.cdtype, out=out)
 
+    def logits(self, h: Tensor, w: Tensor) -> Tensor:
+        """h @ w^T in `logits_dtype`: a float32 product, rounded once when the logits are kept in a 16-bit dtype."""
+        if self.logits_dtype == self.cdtype:
+            return self.mm(h, w.T)
+        if self.matmul_dtype == self.logits_dtype:
+            return torch.mm(h, w.T)  # cuBLAS: float32 accumulation, one rounding to the output dtype
+        return self.mm(h, w.T).to(self.logits_dtype)
+
     def grad_weight_buffer(self, weight: Tensor) -> Tensor:
         """A zero accumulator for d weight: compute dtype, or the weight's dtype (GRAD_WEIGHT_ACCUM_ENV=weight)."""
         mode = os.environ.get(GRAD_WEIGHT_ACCUM_ENV, "float32")
@@ -107,8 +123,13 @@ class _Plan:
         return torch.zeros(weight.shape, dtype=dtype, device=weight.device)
 
     def add_grad_weight(self, grad_weight: Tensor, grad: Tensor, h: Tensor) -> None:
-        """grad_weight += grad^T h: in place for a compute-dtype accumulator; for a lower-precision one, per
-        vocabulary tile of GRAD_WEIGHT_VOCAB_TILE rows (a [tile, d] float32 product, added and rounded once)."""
+        """grad_weight += grad^T h: in place for a compute-dtype accumulator; for a lower-precision one, in place
+        when it is the matmul dtype (CUDA), else per vocabulary tile of GRAD_WEIGHT_VOCAB_TILE rows (a [tile, d]
+        float32 product, added and rounded once)."""
+        if grad_weight.dtype != self.cdtype and grad_weight.dtype == self.matmul_dtype:
+            # cuBLAS adds the float32 product to the accumulator in float32 and rounds once: no [tile, d] temporary.
+            torch.addmm(grad_weight, grad.T, h, out=grad_weight)
+            return
         if grad_weight.dtype != self.cdtype:
             for v0 in range(0, grad_weight.shape[0], GRAD_WEIGHT_VOCAB_TILE):
                 tile = grad[:, v0 : v0 + GRAD_WEIGHT_VOCAB_TILE]
@@ -157,12 +178,22 @@ def _plan(
     want_stats: bool,
     matmul_dtype: torch.dtype | None = None,
     reference: dict[str, Tensor | None] | None = None,
+    input_dtype_logits: bool = False,
 ) -> _Plan:
     spec, resolved = resolve(name, params)
     reference = check_reference(name, spec.needs_reference, reference or {}, inputs, vocab_size)
     check_chunk_size(chunk_size)
     cdtype = compute_dtype(inputs.dtype)
     row_math = select_row_math(name, inputs.device, cdtype)
+    logits_dtype = cdtype
+    if input_dtype_logits and inputs.dtype != cdtype:
+        if row_math is chunk_math:
+            raise ValueError(
+                f"{CHUNK_LOGITS_ENV}=input needs the Triton row kernel ({name!r} on {inputs.device.type} runs the "
+                f"PyTorch closed forms, which take float32 chunks); unset it or set it to 'float32'."
+            )
+        logits_dtype = inputs.dtype
+        check_kernel(row_math, inputs.device, logits_dtype)
     cost_embedding = cost_inv_norm = None
     if spec.needs_cost_embedding:
         raw = checked_cost_embedding(resolved.pop("cost_embedding"), vocab_size, inputs.device)
@@ -170,11 +201,12 @@ def _plan(
         cost_embedding = raw.to(matmul_dtype or cdtype)  # no copy when it already has that dtype
     if chunk_size is None:
         # The torch closed forms keep ~3 (EMO 4) [rows, V] float32 buffers per chunk, the Triton kernel 1 (EMO 2):
-        # a cost embedding adds the similarity rows.
+        # a cost embedding adds the similarity rows (always float32). Counted in logits-dtype buffers.
         cost, in_place = cost_embedding is not None, row_math is not chunk_math
-        buffers = (2 if cost else 1) if in_place else (4 if cost else 3)
+        similarity = cdtype.itemsize // logits_dtype.itemsize if cost else 0
+        buffers = 1 + similarity if in_place else (4 if cost else 3)
         buffers += 2 if spec.needs_reference else 0  # the reference's logits and softmax
-        chunk_size = auto_chunk_size(vocab_size, cdtype, buffers=buffers, device=inputs.device)
+        chunk_size = auto_chunk_size(vocab_size, logits_dtype, buffers=buffers, device=inputs.device)
     ref_weight = reference.get("reference_weight")
     return _Plan(
         name,
@@ -187,6 +219,7 @@ def _plan(
         cost_inv_norm,
         row_math,
         matmul_dtype or cdtype,
+        logits_dtype,
         reference_logits=reference.get("reference_logits"),
         reference_hidden=reference.get("reference_hidden"),
         reference_weight=None if ref_weight is None else ref_weight.to(matmul_dtype or cdtype),
@@ -203,6 +236,13 @@ def _matmul_dtype(hidden: Tensor) -> torch.dtype | None:
     if mixed_mm and hidden.is_cuda and hidden.dtype in (torch.float16, torch.bfloat16):
         return hidden.dtype
     return None
+
+
+def _chunk_logits_mode() -> str:
+    mode = os.environ.get(CHUNK_LOGITS_ENV, "float32")
+    if mode not in ("float32", "input"):
+        raise ValueError(f"{CHUNK_LOGITS_ENV} must be 'float32' or 'input', got {mode!r}.")
+    return mode
 
 
 def _fp32_math(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -276,9 +316,16 @@ class _FusedLinear(torch.autograd.Function):
         w = plan.operand(weight)
         loss = torch.zeros(hidden.shape[0], dtype=plan.cdtype, device=hidden.device)
         plan.init_stats(hidden.shape[0], hidden.device)
-        grad_hidden_unit = (
-            hidden.new_empty((valid.numel(), hidden.shape[1]), dtype=plan.cdtype) if need_hidden else None
-        )
+        # d hidden for a unit upstream gradient: the valid rows in float32, or, with input-dtype logits, the whole
+        # gradient in the hidden's dtype (rounded once per element; the backward rescales it in place).
+        full_hidden_grad = plan.logits_dtype != plan.cdtype
+        grad_hidden_unit = None
+        if need_hidden:
+            grad_hidden_unit = (
+                torch.zeros_like(hidden)
+                if full_hidden_grad
+                else hidden.new_empty((valid.numel(), hidden.shape[1]), dtype=plan.cdtype)
+            )
         grad_weight_unit = plan.grad_weight_buffer(weight) if need_weight else None
         for start, rows in plan.chunks(valid):
             y = labels[rows]
@@ -286,7 +333,7 @@ class _FusedLinear(torch.autograd.Function):
             result = plan.row_math(
                 plan.name,
                 plan.params,
-                plan.mm(h, w.T),
+                plan.logits(h, w),
                 y,
                 plan.similarity(y),
                 want_grad=need_hidden or need_weight,
@@ -295,12 +342,16 @@ class _FusedLinear(torch.autograd.Function):
             )
             loss[rows] = result.loss
             plan.store_stats(rows, result)
-            if result.grad is not None:
-                grad = plan.operand(result.grad)
-                if grad_hidden_unit is not None:
+            grad = None if result.grad is None else plan.operand(result.grad)
+            if grad is not None and grad_hidden_unit is not None:
+                if full_hidden_grad:
+                    grad_hidden_unit[rows] = plan.mm(grad, w).to(hidden.dtype)
+                else:
                     plan.mm(grad, w, out=grad_hidden_unit[start : start + rows.numel()])
-                if grad_weight_unit is not None:
-                    plan.add_grad_weight(grad_weight_unit, grad, h)
+            if grad is not None and grad_weight_unit is not None:
+                plan.add_grad_weight(grad_weight_unit, grad, h)
+            # Free this chunk's [rows, V] buffers before the next chunk's logits are allocated.
+            result = grad = None
         ctx.save_for_backward(hidden, weight, labels, valid)
         ctx.plan = plan
         ctx.grad_hidden_unit = grad_hidden_unit
@@ -313,45 +364,72 @@ class _FusedLinear(torch.autograd.Function):
         hidden, weight, labels, valid = ctx.saved_tensors
         plan: _Plan = ctx.plan
         upstream = grad_loss[valid].to(plan.cdtype)
+        uniform = upstream.numel() == 0 or bool((upstream == upstream[0]).all())
+        need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_hidden = grad_weight = None
 
-        if ctx.needs_input_grad[0]:
-            grad_hidden = torch.zeros_like(hidden)
-            grad_hidden[valid] = (ctx.grad_hidden_unit * upstream.unsqueeze(1)).to(hidden.dtype)
-
-        if ctx.needs_input_grad[1]:
-            unit = ctx.grad_weight_unit
-            uniform = upstream.numel() == 0 or bool((upstream == upstream[0]).all())
-            if unit is not None and uniform:
-                # Rescale in place; the buffer is consumed (a second backward recomputes below).
-                ctx.grad_weight_unit = None
-                if upstream.numel() and float(upstream[0]) != 1.0:
-                    unit.mul_(upstream[0])
-                grad_weight = unit.to(weight.dtype)
+        unit = ctx.grad_hidden_unit
+        if need_hidden and unit is not None:
+            if unit.shape == hidden.shape:
+                # The whole gradient in the hidden's dtype: rescaled in place and consumed (a second backward
+                # recomputes below). The product is formed in float32 and rounded once.
+                ctx.grad_hidden_unit = None
+                if not uniform:
+                    scale = torch.zeros(hidden.shape[0], dtype=plan.cdtype, device=hidden.device)
+                    unit.mul_(scale.index_copy_(0, valid, upstream).unsqueeze(1))
+                elif upstream.numel() and float(upstream[0]) != 1.0:
+                    unit.mul_(float(upstream[0]))
+                grad_hidden = unit
             else:
-                grad_weight = _recompute_grad_weight(hidden, weight, labels, valid, upstream, plan).to(
-                    weight.dtype
-                )
+                grad_hidden = torch.zeros_like(hidden)
+                grad_hidden[valid] = (unit * upstream.unsqueeze(1)).to(hidden.dtype)
+
+        unit = ctx.grad_weight_unit
+        if need_weight and unit is not None and uniform:
+            # Rescale in place; the buffer is consumed (a second backward recomputes below).
+            ctx.grad_weight_unit = None
+            if upstream.numel() and float(upstream[0]) != 1.0:
+                unit.mul_(upstream[0])
+            grad_weight = unit.to(weight.dtype)
+
+        redo_hidden, redo_weight = need_hidden and grad_hidden is None, need_weight and grad_weight is None
+        if redo_hidden or redo_weight:
+            again = _recompute_grads(hidden, weight, labels, valid, upstream, plan, redo_hidden, redo_weight)
+            grad_hidden = again[0] if redo_hidden else grad_hidden
+            grad_weight = again[1].to(weight.dtype) if redo_weight else grad_weight
         return grad_hidden, grad_weight, None, None
 
 
-def _recompute_grad_weight(
-    hidden: Tensor, weight: Tensor, labels: Tensor, valid: Tensor, upstream: Tensor, plan: _Plan
-) -> Tensor:
-    """d weight = sum_i g_i G_i^T h_i for a per-token upstream gradient g that differs between rows."""
+def _recompute_grads(
+    hidden: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    valid: Tensor,
+    upstream: Tensor,
+    plan: _Plan,
+    need_hidden: bool,
+    need_weight: bool,
+) -> tuple[Tensor | None, Tensor | None]:
+    """d hidden and/or d weight = sum_i g_i G_i^T h_i for a per-token upstream gradient g that differs between rows
+    (or a second backward after the forward's buffers were consumed), chunk by chunk."""
     w = plan.operand(weight)
-    grad_weight = plan.grad_weight_buffer(weight)
+    grad_hidden = torch.zeros_like(hidden) if need_hidden else None
+    grad_weight = plan.grad_weight_buffer(weight) if need_weight else None
     for start, rows in plan.chunks(valid):
         y = labels[rows]
         h = plan.operand(hidden[rows])
         grad = plan.row_math(
-            plan.name, plan.params, plan.mm(h, w.T), y, plan.similarity(y), want_grad=True, want_stats=False,
+            plan.name, plan.params, plan.logits(h, w), y, plan.similarity(y), want_grad=True, want_stats=False,
             **plan.reference(rows),
         ).grad  # fmt: skip
         assert grad is not None
-        grad.mul_(upstream[start : start + rows.numel()].unsqueeze(1))
-        plan.add_grad_weight(grad_weight, plan.operand(grad), h)
-    return grad_weight
+        grad = plan.operand(grad.mul_(upstream[start : start + rows.numel()].unsqueeze(1)))
+        if grad_hidden is not None:
+            grad_hidden[rows] = plan.mm(grad, w).to(hidden.dtype)
+        if grad_weight is not None:
+            plan.add_grad_weight(grad_weight, grad, h)
+        grad = None
+    return grad_hidden, grad_weight
 
 
 def _finish(loss: Tensor, plan: _Plan, return_stats: bool) -> Tensor | tuple[Tensor, TokenStats]:
@@ -419,7 +497,8 @@ def fused_token_loss(
     check_labels(labels, hidden.shape[0], weight.shape[0], hidden.device)
     reference = {"reference_hidden": reference_hidden, "reference_weight": reference_weight}
     plan = _plan(
-        name, params, weight.shape[0], hidden, chunk_size, return_stats, _matmul_dtype(hidden), reference
-    )
+        name, params, weight.shape[0], hidden, chunk_size, return_stats, _matmul_dtype(hidden), reference,
+        input_dtype_logits=_chunk_logits_mode() == "input",
+    )  # fmt: skip
     loss = _FusedLinear.apply(hidden, weight, labels.long(), plan)
     return _finish(loss, plan, return_stats)

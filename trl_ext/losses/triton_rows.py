@@ -34,6 +34,7 @@ from .spec import ChunkResult
 _LOSS_CODE = {"ce": 0, "gem_linear": 1, "gem_ls": 2, "emo": 3}
 if set(_LOSS_CODE) != set(TRITON_LOSSES):  # pragma: no cover - a spec claims a kernel that does not exist
     raise ImportError(f"the Triton row kernel implements {sorted(_LOSS_CODE)}, the specs say {TRITON_LOSSES}")
+CHUNK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_BLOCK = 8192  # columns per tile; a row of V = 128256 takes 16 tiles per pass
 EMO_EPS_ = tl.constexpr(EMO_EPS)
 
@@ -199,18 +200,24 @@ def triton_chunk_math(
     want_grad: bool,
     want_stats: bool,
 ) -> ChunkResult:
-    """`rows.chunk_math` for the losses in `TRITON_LOSSES`, on a float32 chunk (z overwritten by the gradient)."""
+    """`rows.chunk_math` for the losses in `TRITON_LOSSES`, on a chunk of float32 logits, or 16-bit ones (read in
+    float32; the gradient written over them is rounded once). z is overwritten by the gradient; loss and statistics
+    are float32."""
     if name not in _LOSS_CODE:
         raise ValueError(f"the Triton kernels implement {TRITON_LOSSES}, not {name!r}")
-    if z.dtype != torch.float32:
-        raise ValueError(f"the Triton kernels take float32 logits chunks, got {z.dtype}")
+    if z.dtype not in CHUNK_DTYPES:
+        raise ValueError(f"the Triton kernels take float32, bfloat16 or float16 logits chunks, got {z.dtype}")
     n, vocab = z.shape
     z = z if z.stride(1) == 1 else z.contiguous()
-    loss = z.new_empty(n)
-    stats = {k: z.new_empty(n) for k in ("ce", "entropy", "top1_correct")} if want_stats else {}
+    loss = z.new_empty(n, dtype=torch.float32)
+    stats = (
+        {k: z.new_empty(n, dtype=torch.float32) for k in ("ce", "entropy", "top1_correct")}
+        if want_stats
+        else {}
+    )
     spec = LOSSES[name]
     for key in spec.stats if want_stats else ():
-        stats[key] = z.new_empty(n)
+        stats[key] = z.new_empty(n, dtype=torch.float32)
     if spec.needs_cost_embedding:
         assert similarity is not None and similarity.shape == z.shape
         sim = similarity if similarity.stride(1) == 1 else similarity.contiguous()
