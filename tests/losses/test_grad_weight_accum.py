@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from trl_ext.losses import fused_token_loss
-from trl_ext.losses.chunked import GRAD_WEIGHT_ACCUM_ENV
+from trl_ext.losses.chunked import CHUNK_LOGITS_ENV, GRAD_WEIGHT_ACCUM_ENV
 
 
 def _inputs(dtype: torch.dtype, n: int = 512, d: int = 32, v: int = 5000):  # v > one vocabulary tile (4096)
@@ -68,3 +68,30 @@ def test_bad_value_is_refused(monkeypatch):
     monkeypatch.setenv(GRAD_WEIGHT_ACCUM_ENV, "fp8")
     with pytest.raises(ValueError, match="must be 'float32' or 'weight'"):
         _grad(hidden, weight, labels, None)
+
+
+# ---- DISTMATCH_CHUNK_LOGITS (the Triton path itself: tests/losses/test_triton.py) -------------------------------
+
+
+def test_chunk_logits_bad_value_is_refused(monkeypatch):
+    hidden, weight, labels = _inputs(torch.bfloat16, n=8, v=16)
+    monkeypatch.setenv(CHUNK_LOGITS_ENV, "bf16")
+    with pytest.raises(ValueError, match="DISTMATCH_CHUNK_LOGITS must be 'float32' or 'input', got 'bf16'"):
+        _grad(hidden, weight, labels, None)
+
+
+def test_input_dtype_chunk_logits_without_the_triton_kernel_are_refused(monkeypatch):
+    """The PyTorch closed forms take float32 chunks: a 16-bit chunk there is refused, not silently upcast."""
+    hidden, weight, labels = _inputs(torch.bfloat16, n=8, v=16)
+    monkeypatch.setenv(CHUNK_LOGITS_ENV, "input")
+    monkeypatch.setenv("DISTMATCH_KERNELS", "torch")
+    with pytest.raises(ValueError, match="DISTMATCH_CHUNK_LOGITS=input needs the Triton row kernel"):
+        _grad(hidden, weight, labels, None)
+
+
+def test_input_dtype_chunk_logits_leave_float32_inputs_alone(monkeypatch):
+    """For float32 inputs the input dtype is the compute dtype: the same chunks, the same gradient."""
+    hidden, weight, labels = _inputs(torch.float32)
+    want = _grad(hidden, weight, labels, 64)
+    monkeypatch.setenv(CHUNK_LOGITS_ENV, "input")
+    torch.testing.assert_close(_grad(hidden, weight, labels, 64), want, rtol=0, atol=0)
