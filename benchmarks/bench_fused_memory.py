@@ -111,7 +111,7 @@ def measure(fn, x: dict, repeats: int, cuda: bool, exact: dict | None) -> dict:
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--shape", default="llama3-8b-8k", choices=sorted(SHAPES))
@@ -119,13 +119,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--losses", default="ce,gem_ls,emo")
     parser.add_argument("--settings", default=",".join(SETTINGS), help=f"comma list of {', '.join(SETTINGS)}")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--no-exact", action="store_true", help="skip the float64 errors")
     parser.add_argument("--out", nargs="?", const=str(REPO_ROOT / "benchmarks" / "out"), default=None)
     args = parser.parse_args(argv)
-    settings = args.settings.split(",")
-    unknown = [s for s in settings if s not in SETTINGS]
+    args.settings = args.settings.split(",")
+    unknown = [s for s in args.settings if s not in SETTINGS]
     if unknown:
         parser.error(f"--settings: unknown {', '.join(unknown)}; choose from {', '.join(SETTINGS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = args.settings
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
     try:
         import liger_kernel  # noqa: F401

@@ -7,6 +7,8 @@ Steps, each a child process under `timeout`, all of their output under the outpu
   first on PYTHONPATH, `--no-deps` (the image's torch is never touched); its `sitecustomize.py` processes the
   folder's `.pth` files (our `trl sft --loss` hook) and installs the training probe (tools/gpu_check_worker.py);
 * a. `triton`: tests/losses/test_triton.py (junit XML);
+* `memory`: benchmarks/bench_fused_memory.py at Llama-3-8B's head (N 8192, bf16): our fused rows under each memory
+  setting (chunk logits, weight-gradient accumulator, chunk budget) and Liger's, extra memory, time and float64 error;
 * b. `bench`: benchmarks/bench_losses.py at Llama-3-8B's head (N 8192, bf16) against full logits, TRL, Liger, CCE;
 * c. `train`: real `trl sft` runs on a Llama-3-style model built in code (vocabulary 128,256), bf16, sequence 2,048,
   padding-free packing, the best attention available, gradient checkpointing: TRL's default loss with and without
@@ -56,13 +58,29 @@ LOW_MEMORY_ENV = {"DISTMATCH_CHUNK_LOGITS": "input", "DISTMATCH_GRAD_WEIGHT_ACCU
                   "DISTMATCH_CHUNK_MEMORY_MB": "64"}  # fmt: skip
 TRAIN_RUN_ENV: dict[str, dict[str, str]] = {"gem_ls_lowmem": LOW_MEMORY_ENV, "emo_lowmem": LOW_MEMORY_ENV}
 DEFAULT_RUNS = ("trl", "trl_liger", "ce", "gem_ls", "emo", "asft")
-STEPS = ("triton", "parity", "train", "bench")  # in this order (the benchmark takes what is left)
+STEPS = ("triton", "memory", "parity", "train", "bench")  # in this order (the benchmark takes what is left)
 # Seconds per step on the GPU (the whole run fits one 9-minute command; `--budget` caps the sum) and on the CPU.
 # Measured on an H200 (2026-11-27, benchmarks/results/gpu-2026-11-27): triton 28 s (before the bf16-chunk variants), build 25-29 s (cold imports), parity
 # 26 s, a `trl sft` run 48-55 s (36-42 s of it before the first step: two interpreters' imports, data, model), a
 # benchmark case 10-30 s.
-LIMITS = {"install": 40, "triton": 80, "build": 45, "parity": 40, "train_run": 55, "bench": 150}
-CPU_LIMITS = {"install": 60, "triton": 120, "bench": 120, "build": 60, "train_run": 120, "parity": 90}
+LIMITS = {
+    "install": 40,
+    "triton": 80,
+    "memory": 150,
+    "build": 45,
+    "parity": 40,
+    "train_run": 55,
+    "bench": 150,
+}
+CPU_LIMITS = {
+    "install": 60,
+    "triton": 120,
+    "memory": 90,
+    "bench": 120,
+    "build": 60,
+    "train_run": 120,
+    "parity": 90,
+}
 SITECUSTOMIZE = """\
 # Written by tools/gpu_check.py: the kit folder's .pth files (the distmatch `trl sft` hook) and the training probe.
 import os, site, sys
@@ -259,6 +277,38 @@ def step_triton(args: argparse.Namespace, runner: Runner, limits: dict[str, floa
     return {"counts": counts, "verdict": verdict}
 
 
+def step_memory(args: argparse.Namespace, runner: Runner, limits: dict[str, float]) -> dict[str, Any]:
+    out = args.out / "memory"
+    if args.tiny:  # the settings the PyTorch closed forms run (16-bit chunks need the Triton kernel)
+        flags = [
+            "--shape",
+            "tiny",
+            "--dtype",
+            "float32",
+            "--settings",
+            "default,accum-weight",
+            "--repeats",
+            "1",
+        ]
+    else:
+        flags = ["--shape", "llama3-8b-8k", "--dtype", "bfloat16", "--repeats", "3"]
+    cmd = [
+        sys.executable,
+        "benchmarks/bench_fused_memory.py",
+        "--device",
+        args.device,
+        *flags,
+        "--out",
+        str(out),
+    ]
+    rec = runner.run("memory", cmd, limits["memory"])
+    reports = sorted(out.glob("*.json"))
+    rows = json.loads(reports[-1].read_text()).get("rows", []) if reports else []
+    return {"rows": len(rows), "errors": len([r for r in rows if "error" in r]),
+            "report": reports[-1].with_suffix(".md").read_text() if reports else "",
+            "verdict": "ok" if rec["status"] == "ok" and rows else rec["status"]}  # fmt: skip
+
+
 def step_bench(args: argparse.Namespace, runner: Runner, limits: dict[str, float]) -> dict[str, Any]:
     out = args.out / "bench"
     if args.tiny:
@@ -306,6 +356,7 @@ def summary_markdown(result: dict[str, Any]) -> str:
     notes = {
         "triton": lambda r: ", ".join(f"{k} {v}" for k, v in r.get("counts", {}).items()),
         "bench": lambda r: f"{r.get('rows', 0)} rows, {r.get('errors', 0)} error rows",
+        "memory": lambda r: f"{r.get('rows', 0)} rows, {r.get('errors', 0)} error rows",
         "train": lambda r: f"{len([x for x in r.get('runs', {}).values() if 'error' not in x])} of "
         f"{len(r.get('runs', {}))} runs measured",
         "parity": lambda r: (f"loss rel. err. {fmt(r['loss_rel_err'])}, worst gradient rel. err. "
@@ -339,6 +390,9 @@ def summary_markdown(result: dict[str, Any]) -> str:
                          f"{fmt(r.get('memory_x_trl'))} | {fmt(r['s_per_step'], 3)} | "
                          f"{fmt(r['loss_first'], 3)} -> {fmt(r['loss_last'], 3)} | "
                          f"{fmt(r.get('first_step_after_s'), 1)} |")  # fmt: skip
+    memory = result.get("memory") or {}
+    if memory.get("report"):
+        lines += ["", "Memory settings (benchmarks/bench_fused_memory.py):", "", memory["report"].strip()]
     bench = result.get("bench") or {}
     if bench.get("report"):
         lines += ["", "Loss benchmark (benchmarks/bench_losses.py):", "", bench["report"].strip()]
@@ -416,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     result["environment"] = environment(args, env)
     if "triton" in args.steps:
         result["triton"] = step_triton(args, runner, limits)
+    if "memory" in args.steps:
+        result["memory"] = step_memory(args, runner, limits)
     build = step_build(args, runner, limits) if {"parity", "train"} & set(args.steps) else None
     if "parity" in args.steps:
         result["parity"] = step_parity(args, runner, limits, build) if build else {"verdict": "no model"}

@@ -62,6 +62,20 @@ def test_loss_benchmark_harness(tmp_path):
     )
 
 
+def test_fused_memory_settings_benchmark_harness(tmp_path):
+    """bench_fused_memory.py: every (loss x setting) row measured in one process, with its float64 errors."""
+    data = _run(["benchmarks/bench_fused_memory.py", "--device", "cpu", "--shape", "tiny", "--dtype", "bfloat16",
+                 "--losses", "ce,emo", "--settings", "default,accum-weight", "--repeats", "1"], tmp_path)  # fmt: skip
+    rows = {(r["loss"], r["setting"]): r for r in data["rows"]}
+    assert set(rows) == {(loss, s) for loss in ("ce", "emo") for s in ("default", "accum-weight")}
+    for loss in ("ce", "emo"):
+        default, low = rows[(loss, "default")], rows[(loss, "accum-weight")]
+        assert default["time_ms"] > 0 and default["loss_value"] == low["loss_value"]
+        # The float32 accumulator is bf16's rounding of the exact gradient (~1.7e-3 relative); the bf16 one more.
+        assert 1e-3 < default["weight_err"] < 2e-3 and 1.2 * default["weight_err"] < low["weight_err"] < 1e-2
+        assert default["hidden_err"] == low["hidden_err"] < 2e-3 and default["loss_err"] < 1e-6
+
+
 def test_anchored_loss_benchmark_harness(tmp_path):
     data = _run(["benchmarks/bench_anchored.py", "--N", "64", "--d", "16", "--V", "256", "--repeats", "1",
                  "--cases", "asft logits,asft fused"], tmp_path)  # fmt: skip

@@ -251,13 +251,14 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((out / "summary.json").read_text())
     steps = [r["step"] for r in result["records"]]
-    assert steps == ["install", "triton", "build", "parity", "train_gem_ls", "bench"]
+    assert steps == ["install", "triton", "memory", "build", "parity", "train_gem_ls", "bench"]
     assert result["install"]["wheels"] == ["gpu_check_probe-1.0-py3-none-any.whl"]
     assert (site / "gpu_check_probe.py").is_file() and (site / "sitecustomize.py").is_file()
     # Every step's processes imported from the target folder: its .pth ran in each (the steps, the launch's child).
     assert len(list(marks.iterdir())) >= len(steps) + 2
     assert result["triton"]["counts"]["tests"] > 0 and result["triton"]["verdict"] in ("pass", "all skipped")
     assert result["bench"]["rows"] == 2 and result["bench"]["errors"] == 0
+    assert result["memory"]["rows"] == 6 and result["memory"]["errors"] == 0  # 2 settings x ce, gem_ls, emo
     run = result["train"]["runs"]["gem_ls"]
     assert run["trainer_class"] == "DistMatchSFTTrainer" and run["tokens_per_s"] > 0 and run["peak_mib"] > 0
     assert (
@@ -273,6 +274,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert summary == done.stdout
     assert "| parity | pass |" in summary and "| gem_ls | DistMatchSFTTrainer |" in summary
     assert "## Results" in summary  # the loss benchmark's own table
+    assert "| gem_ls | accum-weight (float32, weight, default) |" in summary  # the memory settings' table
 
 
 def test_install_unpacks_the_wheels_when_pip_fails(tmp_path: Path) -> None:
