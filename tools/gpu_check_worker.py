@@ -75,6 +75,10 @@ def _patch_trainer(trainer_cls: Any) -> None:
     }
     cuda = torch.cuda.is_available()
     record["device"] = torch.cuda.get_device_name() if cuda else "cpu"
+    # The fused path's settings the training process ran with (docs/losses.md "Chunk logits").
+    record["settings"] = {
+        k: v for k, v in sorted(os.environ.items()) if k.startswith("DISTMATCH_") and "CHECK" not in k
+    }
     launched = float(os.environ.get(LAUNCHED_ENV, "nan"))  # wall clock when the driver started `trl sft`
 
     def write() -> None:  # after every step: kept small, its time falls into the next step's
@@ -137,7 +141,7 @@ def train_summary(record: dict[str, Any], warmup: int) -> dict[str, Any]:
             "device": record.get("device"), "trainer_class": record.get("trainer_class"),
             "finished": record.get("finished", False), "steps_done": len(ends),
             "trainer_ready_after_s": record.get("trainer_ready_after_s"),
-            "first_step_after_s": record.get("first_step_after_s")}  # fmt: skip
+            "first_step_after_s": record.get("first_step_after_s"), "settings": record.get("settings", {})}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -211,6 +211,16 @@ def test_probe_record_is_on_disk_after_every_step(tmp_path: Path, monkeypatch: p
     assert json.loads(probe.read_text())["finished"]
 
 
+def test_every_low_memory_run_trains_its_loss_with_the_low_memory_settings() -> None:
+    check = _tool("gpu_check")
+    low = [run for run in check.TRAIN_RUNS if run.endswith("_lowmem")]
+    assert low == ["gem_ls_lowmem", "emo_lowmem"]
+    for run in low:
+        assert check.TRAIN_RUNS[run] == ("--loss", run.removesuffix("_lowmem"))
+        assert check.TRAIN_RUN_ENV[run] == check.LOW_MEMORY_ENV
+    assert not set(check.TRAIN_RUN_ENV) - set(low)
+
+
 def test_unknown_step_or_run_is_refused() -> None:
     check = _tool("gpu_check")
     for argv in (["--steps", "triton,nope"], ["--runs", "trl,gem"]):
@@ -233,7 +243,7 @@ def test_documented_gpu_check_command_is_accepted(command: DocCommand) -> None:
 
 @pytest.mark.slow  # real processes: a `trl sft` launch, the parity trainer, pytest, the loss benchmark
 def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> None:
-    kit = _tool("gpu_kit")
+    check, kit = _tool("gpu_check"), _tool("gpu_kit")
     wheels = tmp_path / "kit"
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -245,13 +255,13 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     done = subprocess.run(
         ["tools/gpu_check.sh", "--device", "cpu", "--out", str(out), "--site", str(site), "--kit", str(wheels),
          "--scratch", str(tmp_path / "scratch"),
-         "--runs", "gem_ls"],  # fmt: skip
+         "--runs", "gem_ls_lowmem"],  # fmt: skip
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((out / "summary.json").read_text())
     steps = [r["step"] for r in result["records"]]
-    assert steps == ["install", "triton", "memory", "build", "parity", "train_gem_ls", "bench"]
+    assert steps == ["install", "triton", "memory", "build", "parity", "train_gem_ls_lowmem", "bench"]
     assert result["install"]["wheels"] == ["gpu_check_probe-1.0-py3-none-any.whl"]
     assert (site / "gpu_check_probe.py").is_file() and (site / "sitecustomize.py").is_file()
     # Every step's processes imported from the target folder: its .pth ran in each (the steps, the launch's child).
@@ -259,8 +269,10 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert result["triton"]["counts"]["tests"] > 0 and result["triton"]["verdict"] in ("pass", "all skipped")
     assert result["bench"]["rows"] == 2 and result["bench"]["errors"] == 0
     assert result["memory"]["rows"] == 6 and result["memory"]["errors"] == 0  # 2 settings x ce, gem_ls, emo
-    run = result["train"]["runs"]["gem_ls"]
+    run = result["train"]["runs"]["gem_ls_lowmem"]
     assert run["trainer_class"] == "DistMatchSFTTrainer" and run["tokens_per_s"] > 0 and run["peak_mib"] > 0
+    # The low-memory run's training process had its settings (float32 here: the 16-bit chunk is a no-op).
+    assert check.LOW_MEMORY_ENV.items() <= run["settings"].items()
     assert (
         run["finished"]
         and "partial" not in run
@@ -272,7 +284,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     )  # the model and the runs' output folders stay in the scratch folder
     summary = (out / "summary.md").read_text()
     assert summary == done.stdout
-    assert "| parity | pass |" in summary and "| gem_ls | DistMatchSFTTrainer |" in summary
+    assert "| parity | pass |" in summary and "| gem_ls_lowmem | DistMatchSFTTrainer |" in summary
     assert "## Results" in summary  # the loss benchmark's own table
     assert "| gem_ls | accum-weight (float32, weight, default) |" in summary  # the memory settings' table
 

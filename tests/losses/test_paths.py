@@ -56,12 +56,29 @@ def test_fused_weight_grad_rescaled_and_recomputed_agree(name):
 
 
 def test_fused_second_backward_recomputes_after_consuming_the_forward_gradient():
+    """The forward's gradients are consumed by the first backward (freed early); a second one recomputes both."""
     hidden, weight, labels = _inputs()
     loss = fused_token_loss("gem_ls", hidden, weight, labels, chunk_size=4).sum()
-    first = torch.autograd.grad(loss, weight, retain_graph=True)[0]
-    second = torch.autograd.grad(loss, weight)[0]
-    torch.testing.assert_close(first, second, rtol=1e-12, atol=1e-12)
-    assert first.abs().sum() > 0
+    first = torch.autograd.grad(loss, (hidden, weight), retain_graph=True)
+    second = torch.autograd.grad(loss, (hidden, weight))
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        assert a.abs().sum() > 0
+
+
+@pytest.mark.parametrize("ignored", [True, False], ids=["some-ignored", "none-ignored"])
+def test_fused_backward_releases_the_forwards_gradient_buffers(ignored):
+    """The forward's hidden- and weight-gradient buffers are let go by the backward that uses them (memory at the
+    backward's peak), whether or not a label is ignored (then the valid rows are all the rows)."""
+    hidden, weight, labels = _inputs()
+    if not ignored:
+        labels = labels.clamp(min=0)
+    loss = fused_token_loss("gem_ls", hidden, weight, labels, chunk_size=4)
+    node = loss.grad_fn
+    assert node.grad_hidden_unit is not None and node.grad_weight_unit is not None
+    grads = torch.autograd.grad(loss.sum() / 7, (hidden, weight), retain_graph=True)
+    assert node.grad_hidden_unit is None and node.grad_weight_unit is None
+    assert all(g.dtype == torch.float64 and g.abs().sum() > 0 for g in grads)
 
 
 def test_no_gradient_work_under_no_grad(monkeypatch):

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from tests.helpers.env import REPO_ROOT
-from trl_ext.losses import auto_chunk_size, fused_token_loss, reference_token_loss, token_loss
+from trl_ext.losses import chunked as chunked_module
+from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
 from trl_ext.losses import row_backends as kernels_module
 from trl_ext.losses.row_backends import KERNELS_ENV, TRITON_LOSSES, select_row_math
 from trl_ext.losses.rows import chunk_math
@@ -234,12 +235,38 @@ def test_input_dtype_chunk_logits_stay_within_bf16_roundings(triton_rows, monkey
         torch.testing.assert_close(got.double(), want.detach(), rtol=2e-2, atol=2e-2)
 
 
-def test_input_dtype_chunk_logits_halve_the_automatic_chunk_bytes(monkeypatch):
-    """The automatic chunk is counted in the logits' dtype: the same budget holds twice the bf16 rows."""
-    monkeypatch.setenv(KERNELS_ENV, "torch")
-    assert auto_chunk_size(1000, torch.bfloat16, buffers=1) == 2 * auto_chunk_size(
-        1000, torch.float32, buffers=1
-    )
+def test_input_dtype_chunks_hold_twice_the_rows_and_the_kernel_is_checked_on_them(triton_rows, monkeypatch):
+    """DISTMATCH_CHUNK_LOGITS=input: the automatic chunk counts 2-byte logits (the same budget holds twice the
+    rows), and the first use checks the kernel on a 16-bit chunk (its own self-check, not only float32's)."""
+    rows, checked = [], []
+    original = kernels_module.check_kernel
+
+    def spy(name_, params, z, *args, **kwargs):
+        rows.append((z.dtype, *z.shape))
+        return triton_rows.triton_chunk_math(name_, params, z, *args, **kwargs)
+
+    def check_spy(row_math, device, dtype):
+        checked.append(dtype)
+        return original(row_math, device, dtype)
+
+    monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: spy)
+    monkeypatch.setattr(kernels_module, "check_kernel", check_spy)
+    monkeypatch.setattr(chunked_module, "check_kernel", check_spy)
+    monkeypatch.setattr(kernels_module, "_CHECKED", {(DEVICE.type, torch.float32)})
+    vocab = 64
+    monkeypatch.setenv("DISTMATCH_CHUNK_MEMORY_MB", str(4 * vocab * 4 / 2**20))  # 4 float32 rows of logits
+    hidden = torch.randn(16, 8).to(DEVICE, torch.bfloat16)
+    weight = torch.randn(vocab, 8).to(DEVICE, torch.bfloat16)
+    labels = torch.arange(16, device=DEVICE)
+    sizes = {}
+    for mode in ("float32", "input"):
+        monkeypatch.setenv("DISTMATCH_CHUNK_LOGITS", mode)
+        rows.clear()
+        fused_token_loss("ce", hidden, weight, labels)
+        want = torch.float32 if mode == "float32" else torch.bfloat16
+        sizes[mode] = {n for dtype, n, v in rows if dtype == want and v == vocab}  # not the self-check's rows
+    assert sizes == {"float32": {4}, "input": {8}}
+    assert torch.bfloat16 in checked and (DEVICE.type, torch.bfloat16) in kernels_module._CHECKED
 
 
 def test_forced_triton_really_runs_the_kernel(triton_rows, monkeypatch):

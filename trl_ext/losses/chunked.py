@@ -355,6 +355,7 @@ class _FusedLinear(torch.autograd.Function):
         ctx.save_for_backward(hidden, weight, labels, valid)
         ctx.plan = plan
         ctx.grad_hidden_unit = grad_hidden_unit
+        ctx.full_hidden_grad = full_hidden_grad
         ctx.grad_weight_unit = grad_weight_unit
         return loss
 
@@ -370,10 +371,10 @@ class _FusedLinear(torch.autograd.Function):
 
         unit = ctx.grad_hidden_unit
         if need_hidden and unit is not None:
-            if unit.shape == hidden.shape:
-                # The whole gradient in the hidden's dtype: rescaled in place and consumed (a second backward
-                # recomputes below). The product is formed in float32 and rounded once.
-                ctx.grad_hidden_unit = None
+            # Consumed (freed before d weight is converted); a second backward recomputes it.
+            ctx.grad_hidden_unit = None
+            if ctx.full_hidden_grad:
+                # The whole gradient in the hidden's dtype: rescaled in place (formed in float32, rounded once).
                 if not uniform:
                     scale = torch.zeros(hidden.shape[0], dtype=plan.cdtype, device=hidden.device)
                     unit.mul_(scale.index_copy_(0, valid, upstream).unsqueeze(1))
