@@ -87,9 +87,8 @@ class _Plan:
     cost_inv_norm: Tensor | None  # ... and 1 / its row norms, applied to each chunk's similarity rows
     row_math: RowMath
     matmul_dtype: torch.dtype  # the matmul operands' dtype (float32 results either way)
-    logits_dtype: (
-        torch.dtype
-    )  # the chunk's logits (and their gradient): the compute dtype, or CHUNK_LOGITS_ENV=input
+    # The chunk's logits (and their gradient): the compute dtype, or the inputs' with CHUNK_LOGITS_ENV=input.
+    logits_dtype: torch.dtype
     # Anchored losses: the reference model's logits (logits path), or its hidden states and head (fused path).
     reference_logits: Tensor | None = None
     reference_hidden: Tensor | None = None
@@ -411,8 +410,8 @@ def _recompute_grads(
     need_hidden: bool,
     need_weight: bool,
 ) -> tuple[Tensor | None, Tensor | None]:
-    """d hidden and/or d weight = sum_i g_i G_i^T h_i for a per-token upstream gradient g that differs between rows
-    (or a second backward after the forward's buffers were consumed), chunk by chunk."""
+    """d hidden (row i: g_i G_i W) and/or d weight (sum_i g_i G_i^T h_i), chunk by chunk, for a per-token upstream
+    gradient g that differs between rows, or for a second backward after the forward's buffers were consumed."""
     w = plan.operand(weight)
     grad_hidden = torch.zeros_like(hidden) if need_hidden else None
     grad_weight = plan.grad_weight_buffer(weight) if need_weight else None
