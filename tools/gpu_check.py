@@ -277,36 +277,28 @@ def step_triton(args: argparse.Namespace, runner: Runner, limits: dict[str, floa
     return {"counts": counts, "verdict": verdict}
 
 
-def step_memory(args: argparse.Namespace, runner: Runner, limits: dict[str, float]) -> dict[str, Any]:
-    out = args.out / "memory"
-    if args.tiny:  # the settings the PyTorch closed forms run (16-bit chunks need the Triton kernel)
-        flags = [
-            "--shape",
-            "tiny",
-            "--dtype",
-            "float32",
-            "--settings",
-            "default,accum-weight",
-            "--repeats",
-            "1",
-        ]
-    else:
-        flags = ["--shape", "llama3-8b-8k", "--dtype", "bfloat16", "--repeats", "3"]
-    cmd = [
-        sys.executable,
-        "benchmarks/bench_fused_memory.py",
-        "--device",
-        args.device,
-        *flags,
-        "--out",
-        str(out),
-    ]
-    rec = runner.run("memory", cmd, limits["memory"])
+def _benchmark_step(
+    runner: Runner, name: str, cmd: list[str], limit: float, out: Path, key: str
+) -> dict[str, Any]:
+    """Run a benchmark script that writes its report (`.json` with rows under `key`, and `.md`) into `out`."""
+    rec = runner.run(name, cmd, limit)
     reports = sorted(out.glob("*.json"))
-    rows = json.loads(reports[-1].read_text()).get("rows", []) if reports else []
+    rows = json.loads(reports[-1].read_text()).get(key, []) if reports else []
     return {"rows": len(rows), "errors": len([r for r in rows if "error" in r]),
             "report": reports[-1].with_suffix(".md").read_text() if reports else "",
             "verdict": "ok" if rec["status"] == "ok" and rows else rec["status"]}  # fmt: skip
+
+
+def step_memory(args: argparse.Namespace, runner: Runner, limits: dict[str, float]) -> dict[str, Any]:
+    out = args.out / "memory"
+    if args.tiny:  # the settings the PyTorch closed forms run (16-bit chunks need the Triton kernel)
+        flags = ["--shape", "tiny", "--dtype", "float32", "--settings", "default,accum-weight",
+                 "--repeats", "1"]  # fmt: skip
+    else:
+        flags = ["--shape", "llama3-8b-8k", "--dtype", "bfloat16", "--repeats", "3"]
+    cmd = [sys.executable, "benchmarks/bench_fused_memory.py", "--device", args.device, *flags,
+           "--out", str(out)]  # fmt: skip
+    return _benchmark_step(runner, "memory", cmd, limits["memory"], out, "rows")
 
 
 def step_bench(args: argparse.Namespace, runner: Runner, limits: dict[str, float]) -> dict[str, Any]:
@@ -328,12 +320,7 @@ def step_bench(args: argparse.Namespace, runner: Runner, limits: dict[str, float
         flags = ["--shapes", "llama3-8b-8k", "--losses", "ce,gem_ls,emo", "--dtype", "bfloat16",
                  "--anchors", "hf_ce,liger_flce,cce", "--repeats", "3", "--case-timeout", "40"]  # fmt: skip
     cmd = [sys.executable, "benchmarks/bench_losses.py", "--paths", "fused", *flags, "--out", str(out)]
-    rec = runner.run("bench", cmd, limits["bench"])
-    reports = sorted(out.glob("*.json"))
-    rows = json.loads(reports[-1].read_text()).get("results", []) if reports else []
-    return {"rows": len(rows), "errors": len([r for r in rows if "error" in r]),
-            "report": reports[-1].with_suffix(".md").read_text() if reports else "",
-            "verdict": "ok" if rec["status"] == "ok" and rows else rec["status"]}  # fmt: skip
+    return _benchmark_step(runner, "bench", cmd, limits["bench"], out, "results")
 
 
 # ---------------------------------------------------------------------------------------------------------------
