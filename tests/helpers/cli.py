@@ -188,8 +188,23 @@ def tiny_sft_args(tiny: dict[str, Path], output_dir: Path, max_steps: int, *extr
     ]  # fmt: skip
 
 
+#: where a native failure says why (the C++ exception's message comes before the stacks that end stderr)
+FIRST_FAILURE_SIGNS = (*ABNORMAL_END_SIGNS, "what():", "Error", "error:")
+
+
 def tail(out: subprocess.CompletedProcess) -> str:
-    return f"rc={out.returncode}\n--- stdout\n{out.stdout[-3000:]}\n--- stderr\n{out.stderr[-6000:]}"
+    """The end of both streams, and, when stderr is longer than its shown tail, the first lines that say why a
+    process failed, each with the 2 lines before and 6 after (a rank's abort message is followed by every thread's
+    stack and the launcher's report, which push it out of the tail)."""
+    shown = out.stderr[-6000:]
+    lines = out.stderr[: len(out.stderr) - len(shown)].splitlines()
+    hits: list[int] = []
+    for i, line in enumerate(lines):
+        if any(sign in line for sign in FIRST_FAILURE_SIGNS) and (not hits or i > hits[-1] + 6):
+            hits.append(i)
+    first = "\n...\n".join("\n".join(lines[max(0, i - 2) : i + 7]) for i in hits[:3])
+    cause = f"\n--- stderr, first failure lines before the tail\n{first[:3000]}" if first else ""
+    return f"rc={out.returncode}{cause}\n--- stdout\n{out.stdout[-3000:]}\n--- stderr\n{shown}"
 
 
 def free_port() -> int:
