@@ -2,7 +2,7 @@
 """The fused rows' memory, time and accuracy under their memory settings, beside Liger's fused linear CE.
 
 A measurement script, never a pass/fail test. One process measures every (loss x setting) case in turn: the
-settings are environment variables the fused path reads at each call (docs/losses.md "Memory settings"):
+settings are environment variables the fused path reads at each call (docs/losses.md "Chunk logits" and "Weight-gradient accumulator"):
 
 * ``DISTMATCH_CHUNK_LOGITS``: the chunk's logits in float32 (default) or in the inputs' dtype (``input``);
 * ``DISTMATCH_GRAD_WEIGHT_ACCUM``: the weight gradient accumulated in float32 (default) or the head's dtype;

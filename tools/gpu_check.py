@@ -53,7 +53,7 @@ TRAIN_RUNS: dict[str, tuple[str, ...]] = {
     "gem_ls_lowmem": ("--loss", "gem_ls"),
     "emo_lowmem": ("--loss", "emo"),
 }
-# Runs with the fused path's memory settings (docs/losses.md "Memory settings") besides their arguments.
+# Runs with the fused path's memory settings (docs/losses.md "Chunk logits" and "Weight-gradient accumulator") besides their arguments.
 LOW_MEMORY_ENV = {"DISTMATCH_CHUNK_LOGITS": "input", "DISTMATCH_GRAD_WEIGHT_ACCUM": "weight",
                   "DISTMATCH_CHUNK_MEMORY_MB": "64"}  # fmt: skip
 TRAIN_RUN_ENV: dict[str, dict[str, str]] = {"gem_ls_lowmem": LOW_MEMORY_ENV, "emo_lowmem": LOW_MEMORY_ENV}

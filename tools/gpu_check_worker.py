@@ -77,7 +77,9 @@ def _patch_trainer(trainer_cls: Any) -> None:
     record["device"] = torch.cuda.get_device_name() if cuda else "cpu"
     # The fused path's settings the training process ran with (docs/losses.md "Chunk logits").
     record["settings"] = {
-        k: v for k, v in sorted(os.environ.items()) if k.startswith("DISTMATCH_") and "CHECK" not in k
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith("DISTMATCH_") and k not in (PROBE_ENV, LAUNCHED_ENV)
     }
     launched = float(os.environ.get(LAUNCHED_ENV, "nan"))  # wall clock when the driver started `trl sft`
 
