@@ -6,9 +6,11 @@ spawn / forkserver, `os.system`, `os.posix_spawn`) is watched while each test ru
 and a test that starts one without carrying the `launches` marker fails with a message naming the marker. So the
 quick selection (`-m "not launches"`) can never silently run a launching test, and `make test` proves the markers.
 
-One exception: Triton's JIT compiler running the assembler it ships (`.../triton/backends/<backend>/bin/ptxas`) when
-a kernel is first compiled on a GPU. That is the kernel's compilation, not the test starting a program (on CPU the
-same tests run Triton's interpreter and start nothing); any other program, `ptxas` elsewhere too, still counts.
+Two exceptions, both Triton's own work the first time a kernel runs on a GPU (on CPU the same tests run Triton's
+interpreter and start nothing): its JIT compiler running the assembler it ships
+(`.../triton/backends/<backend>/bin/ptxas`), and its driver asking `ldconfig -p` where libcuda is (called from
+`.../triton/backends/<backend>/driver.py`). Any other program, `ptxas` elsewhere or `ldconfig` called from anywhere
+else too, still counts.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import _posixsubprocess
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -35,8 +38,23 @@ def _is_triton_compiler(what: Any) -> bool:
     return len(parts) >= 5 and parts[-5] == "triton" and parts[-4] == "backends" and parts[-2] == "bin"
 
 
+def _is_triton_driver_lookup(what: Any) -> bool:
+    """`ldconfig` started from a Triton backend's driver module (`triton/backends/<backend>/driver.py`)."""
+    if isinstance(what, (str, bytes, os.PathLike)) or not what:
+        return False
+    if os.path.basename(os.fsdecode(next(iter(what)))) != "ldconfig":
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        parts = frame.f_code.co_filename.split(os.sep)
+        if len(parts) >= 4 and parts[-4:-2] == ["triton", "backends"] and parts[-1] == "driver.py":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _note(what: Any) -> None:
-    if _is_triton_compiler(what):
+    if _is_triton_compiler(what) or _is_triton_driver_lookup(what):
         return
     if _running and _running[-1] not in launched:
         launched[_running[-1]] = str(what)[:200]

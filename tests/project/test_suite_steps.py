@@ -177,6 +177,22 @@ def test_triton_compiles_unmarked():
 
 def test_ptxas_elsewhere_unmarked():
     subprocess.run([_tool(["vendor", "backends", "nvidia", "bin"]), "-v"], check=True)
+
+def _driver(folder):
+    import importlib.util, os, pathlib
+    path = pathlib.Path(os.environ["GUARDED_SCRATCH"], *folder, "driver.py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("import subprocess\\ndef lookup():\\n    return subprocess.check_output(['/sbin/ldconfig', '-p'])\\n")
+    spec = importlib.util.spec_from_file_location("driver_" + folder[0], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+def test_triton_driver_lookup_unmarked():
+    assert _driver(["triton", "backends", "nvidia"]).lookup()
+
+def test_ldconfig_elsewhere_unmarked():
+    assert _driver(["vendor", "backends", "nvidia"]).lookup()
 """
 
 
@@ -210,14 +226,15 @@ def test_a_test_that_launches_without_the_marker_fails(guarded_tests: Path) -> N
     done = _inner_pytest(guarded_tests, "-p", "no:xdist", GUARDED_SCRATCH=str(guarded_tests / "scratch"))
     out = done.stdout
     assert done.returncode == 1, out
-    assert "7 passed, 4 errors" in out, out
+    assert "9 passed, 5 errors" in out, out
     unmarked = ("test_starts_python_unmarked", "test_spawns_unmarked", "test_os_system_unmarked")
-    for name in (*unmarked, "test_ptxas_elsewhere_unmarked"):
+    for name in (*unmarked, "test_ptxas_elsewhere_unmarked", "test_ldconfig_elsewhere_unmarked"):
         assert f"test_guarded.py::{name} started a program" in out, (name, out)
         assert "without the `launches` marker" in out
     assert "test_starts_python_marked started a program" not in out
     assert "test_quiet started a program" not in out
     assert "test_triton_compiles_unmarked started a program" not in out  # Triton's JIT assembler on a GPU
+    assert "test_triton_driver_lookup_unmarked started a program" not in out  # Triton's libcuda lookup on a GPU
 
 
 def test_recording_lists_the_launching_tests_instead(guarded_tests: Path, tmp_path_factory) -> None:
@@ -227,7 +244,7 @@ def test_recording_lists_the_launching_tests_instead(guarded_tests: Path, tmp_pa
         "-p",
         "no:xdist",
         "-k",
-        "not triton and not ptxas",
+        "not triton and not ptxas and not ldconfig",
         DISTMATCH_RECORD_LAUNCHES=str(record),
     )
     assert done.returncode == 0, done.stdout
@@ -243,7 +260,7 @@ def test_quick_selection_leaves_the_marked_tests_out(guarded_tests: Path) -> Non
         guarded_tests, "-p", "no:xdist", "-m", "not launches", "-k", "quiet or starts_python_marked"
     )
     assert done.returncode == 0, done.stdout
-    assert "1 passed, 6 deselected" in done.stdout, done.stdout
+    assert "1 passed, 8 deselected" in done.stdout, done.stdout
 
 
 def test_make_test_quick_selects_no_launching_test() -> None:
