@@ -234,7 +234,7 @@ def test_a_test_that_launches_without_the_marker_fails(guarded_tests: Path) -> N
     assert "test_starts_python_marked started a program" not in out
     assert "test_quiet started a program" not in out
     assert "test_triton_compiles_unmarked started a program" not in out  # Triton's JIT assembler on a GPU
-    assert "test_triton_driver_lookup_unmarked started a program" not in out  # Triton's libcuda lookup on a GPU
+    assert "test_triton_driver_lookup_unmarked started a program" not in out  # libcuda lookup
 
 
 def test_recording_lists_the_launching_tests_instead(guarded_tests: Path, tmp_path_factory) -> None:
