@@ -12,7 +12,8 @@ Per case: extra memory (CUDA ``max_memory_allocated`` above the inputs, the grad
 resident set, which an earlier case's high-water mark can hide: use bench_losses.py there), the median time of
 forward + backward, and the error of the loss and of both gradients against float64 (the same inputs in float64,
 row chunks through the autograd reference; relative Frobenius norms). Liger's fused linear CE, when installed, is
-measured the same way on the ``ce`` rows.
+measured the same way on the ``ce`` rows. ``--profile`` adds, per case, the operations (CUDA kernels on a GPU) that
+took the most self time in one more forward + backward under ``torch.profiler``: where a setting's time goes.
 
     python benchmarks/bench_fused_memory.py --device cuda --out      # needs: gpu; Llama-3-8B's head, N 8192, bf16
     python benchmarks/bench_fused_memory.py --device cpu --shape tiny --dtype float32 --settings default
@@ -111,6 +112,19 @@ def measure(fn, x: dict, repeats: int, cuda: bool, exact: dict | None) -> dict:
     return row
 
 
+def profile_case(fn, x: dict, cuda: bool, top: int = 10) -> list[dict]:
+    """The `top` operations by self time (device time on CUDA, CPU time elsewhere) of one forward + backward."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        _fwd_bwd(fn, x, torch.cuda.synchronize if cuda else (lambda: None))
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
+    return [{"op": e.key[:90], "calls": e.count, "ms": getattr(e, key) / 1000} for e in events[:top]
+            if getattr(e, key) > 0]  # fmt: skip
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -121,6 +135,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--no-exact", action="store_true", help="skip the float64 errors")
+    parser.add_argument(
+        "--profile", action="store_true", help="per case, the operations taking the most self time"
+    )
     parser.add_argument("--out", nargs="?", const=str(REPO_ROOT / "benchmarks" / "out"), default=None)
     args = parser.parse_args(argv)
     args.settings = args.settings.split(",")
@@ -154,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
                 _apply(setting)
             log(f"{loss} {setting}")
             try:
-                row = measure(_loss_fn({"path": path, "loss": loss}), x, args.repeats, cuda, exact)
+                fn = _loss_fn({"path": path, "loss": loss})
+                row = measure(fn, x, args.repeats, cuda, exact)
+                if args.profile:
+                    row["profile"] = profile_case(fn, x, cuda)
             except Exception as err:  # a case that cannot run on this device is a row saying why
                 row = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"}
             rows.append({"loss": loss, "setting": setting, **row})
@@ -193,6 +213,15 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
         lines.append(
             f"| {r['loss']} | {what} | {r['extra_mib']:.0f} | {r['time_ms']:.1f} | " + " | ".join(errs) + " |"
         )
+    profiled = [r for r in rows if r.get("profile")]
+    if profiled:
+        unit = "device" if args.device.startswith("cuda") else "CPU"
+        lines += ["", f"Most {unit} self time per case (one forward + backward under torch.profiler):", "",
+                  "| loss | setting | operation | calls | ms |", "|---|---|---|---:|---:|"]  # fmt: skip
+        for r in profiled:
+            for p in r["profile"]:
+                op = p["op"].replace("|", "/")
+                lines.append(f"| {r['loss']} | {r['setting']} | `{op}` | {p['calls']} | {p['ms']:.2f} |")
     return "\n".join(lines)
 
 

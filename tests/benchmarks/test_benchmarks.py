@@ -65,8 +65,14 @@ def test_loss_benchmark_harness(tmp_path):
 def test_fused_memory_settings_benchmark_harness(tmp_path):
     """bench_fused_memory.py: every (loss x setting) row measured in one process, with its float64 errors."""
     data = _run(["benchmarks/bench_fused_memory.py", "--device", "cpu", "--shape", "tiny", "--dtype", "bfloat16",
-                 "--losses", "ce,emo", "--settings", "default,accum-weight", "--repeats", "1"], tmp_path)  # fmt: skip
+                 "--losses", "ce,emo", "--settings", "default,accum-weight", "--repeats", "1", "--profile"],
+                tmp_path)  # fmt: skip
     rows = {(r["loss"], r["setting"]): r for r in data["rows"]}
+    for row in rows.values():  # --profile: the heaviest operations of each case, the matmuls among them
+        assert 0 < len(row["profile"]) <= 10 and all(p["ms"] > 0 and p["calls"] > 0 for p in row["profile"])
+        assert any("mm" in p["op"] for p in row["profile"]), row["profile"]
+    (report,) = tmp_path.glob("*.md")
+    assert "Most CPU self time per case" in report.read_text()
     assert set(rows) == {(loss, s) for loss in ("ce", "emo") for s in ("default", "accum-weight")}
     for loss in ("ce", "emo"):
         default, low = rows[(loss, "default")], rows[(loss, "accum-weight")]
