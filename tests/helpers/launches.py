@@ -6,16 +6,18 @@ spawn / forkserver, `os.system`, `os.posix_spawn`) is watched while each test ru
 and a test that starts one without carrying the `launches` marker fails with a message naming the marker. So the
 quick selection (`-m "not launches"`) can never silently run a launching test, and `make test` proves the markers.
 
-Two exceptions, both Triton's own work the first time a kernel runs on a GPU (on CPU the same tests run Triton's
-interpreter and start nothing): its JIT compiler running the assembler it ships
-(`.../triton/backends/<backend>/bin/ptxas`), and its driver asking `ldconfig -p` where libcuda is (called from
-`.../triton/backends/<backend>/driver.py`). Any other program, `ptxas` elsewhere or `ldconfig` called from anywhere
-else too, still counts.
+One exception: Triton's own work the first time a kernel runs on a GPU, which starts programs from inside the Triton
+package (its driver asks `ldconfig -p` where libcuda is, builds its launcher with the C compiler after
+`platform.architecture()` runs `file`, and its JIT compiler runs the `ptxas` it ships). On CPU the same tests run
+Triton's interpreter and start nothing. So a program started while a frame of the Triton package is on the call
+stack (a file under a folder `triton` holding `__init__.py` and `backends/`) is not the test's; any other, the same
+programs started from anywhere else too, still counts.
 """
 
 from __future__ import annotations
 
 import _posixsubprocess
+import functools
 import os
 import subprocess
 import sys
@@ -30,34 +32,33 @@ _running: list[str] = []
 launched: dict[str, str] = {}
 
 
-def _is_triton_compiler(what: Any) -> bool:
-    """argv whose program is a tool in Triton's own backend folder (`triton/backends/<backend>/bin/<tool>`)."""
-    if isinstance(what, (str, bytes, os.PathLike)) or not what:
-        return False
-    parts = os.fsdecode(next(iter(what))).split(os.sep)
-    return len(parts) >= 5 and parts[-5] == "triton" and parts[-4] == "backends" and parts[-2] == "bin"
+@functools.lru_cache(maxsize=4096)
+def _in_triton_package(filename: str) -> bool:
+    """`filename` lies inside the Triton package: under a folder `triton` holding `__init__.py` and `backends/`."""
+    parts = filename.split(os.sep)
+    for i, part in enumerate(parts[:-1]):
+        if part == "triton":
+            root = os.sep.join(parts[: i + 1])
+            if os.path.isfile(os.path.join(root, "__init__.py")) and os.path.isdir(
+                os.path.join(root, "backends")
+            ):
+                return True
+    return False
 
 
-def _is_triton_driver_lookup(what: Any) -> bool:
-    """`ldconfig` started from a Triton backend's driver module (`triton/backends/<backend>/driver.py`)."""
-    if isinstance(what, (str, bytes, os.PathLike)) or not what:
-        return False
-    if os.path.basename(os.fsdecode(next(iter(what)))) != "ldconfig":
-        return False
+def _started_by_triton() -> bool:
     frame = sys._getframe(1)
     while frame is not None:
-        parts = frame.f_code.co_filename.split(os.sep)
-        if len(parts) >= 4 and parts[-4:-2] == ["triton", "backends"] and parts[-1] == "driver.py":
+        if _in_triton_package(frame.f_code.co_filename):
             return True
         frame = frame.f_back
     return False
 
 
 def _note(what: Any) -> None:
-    if _is_triton_compiler(what) or _is_triton_driver_lookup(what):
+    if not _running or _running[-1] in launched or _started_by_triton():
         return
-    if _running and _running[-1] not in launched:
-        launched[_running[-1]] = str(what)[:200]
+    launched[_running[-1]] = str(what)[:200]
 
 
 def _watch(function: Callable[..., Any], describe: Callable[..., Any]) -> Callable[..., Any]:

@@ -172,27 +172,34 @@ def _tool(folder):
     path.chmod(0o755)
     return str(path)
 
-def test_triton_compiles_unmarked():
-    subprocess.run([_tool(["triton", "backends", "nvidia", "bin"]), "-v"], check=True)
-
-def test_ptxas_elsewhere_unmarked():
-    subprocess.run([_tool(["vendor", "backends", "nvidia", "bin"]), "-v"], check=True)
-
-def _driver(folder):
+def _module(folder, package=False):
+    # A module at scratch/<folder>/driver.py that starts programs (Triton's layout when package=True).
     import importlib.util, os, pathlib
-    path = pathlib.Path(os.environ["GUARDED_SCRATCH"], *folder, "driver.py")
+    root = pathlib.Path(os.environ["GUARDED_SCRATCH"], folder[0])
+    path = root.joinpath(*folder[1:], "driver.py")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("import subprocess\\ndef lookup():\\n    return subprocess.check_output(['/sbin/ldconfig', '-p'])\\n")
+    if package:
+        (root / "__init__.py").write_text("")
+    path.write_text("import subprocess\\ndef run(argv):\\n    return subprocess.run(argv, check=True, capture_output=True)\\n")
     spec = importlib.util.spec_from_file_location("driver_" + folder[0], path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
+def test_triton_compiles_unmarked():
+    _module(["triton", "backends", "nvidia"], package=True).run([_tool(["triton", "backends", "nvidia", "bin"]), "-v"])
+
 def test_triton_driver_lookup_unmarked():
-    assert _driver(["triton", "backends", "nvidia"]).lookup()
+    _module(["triton", "backends", "nvidia"], package=True).run(["/sbin/ldconfig", "-p"])
+
+def test_ptxas_from_the_test_unmarked():
+    subprocess.run([_tool(["triton", "backends", "nvidia", "bin"]), "-v"], check=True)
 
 def test_ldconfig_elsewhere_unmarked():
-    assert _driver(["vendor", "backends", "nvidia"]).lookup()
+    _module(["vendor", "backends", "nvidia"]).run(["/sbin/ldconfig", "-p"])
+
+def test_not_a_triton_package_unmarked():
+    _module(["plain", "triton", "backends", "amd"]).run(["/sbin/ldconfig", "-p"])
 """
 
 
@@ -226,9 +233,14 @@ def test_a_test_that_launches_without_the_marker_fails(guarded_tests: Path) -> N
     done = _inner_pytest(guarded_tests, "-p", "no:xdist", GUARDED_SCRATCH=str(guarded_tests / "scratch"))
     out = done.stdout
     assert done.returncode == 1, out
-    assert "9 passed, 5 errors" in out, out
+    assert "10 passed, 6 errors" in out, out
     unmarked = ("test_starts_python_unmarked", "test_spawns_unmarked", "test_os_system_unmarked")
-    for name in (*unmarked, "test_ptxas_elsewhere_unmarked", "test_ldconfig_elsewhere_unmarked"):
+    elsewhere = (
+        "test_ptxas_from_the_test_unmarked",
+        "test_ldconfig_elsewhere_unmarked",
+        "test_not_a_triton_package_unmarked",
+    )
+    for name in (*unmarked, *elsewhere):
         assert f"test_guarded.py::{name} started a program" in out, (name, out)
         assert "without the `launches` marker" in out
     assert "test_starts_python_marked started a program" not in out
@@ -244,7 +256,7 @@ def test_recording_lists_the_launching_tests_instead(guarded_tests: Path, tmp_pa
         "-p",
         "no:xdist",
         "-k",
-        "not triton and not ptxas and not ldconfig",
+        "not triton and not ptxas and not ldconfig and not package",
         DISTMATCH_RECORD_LAUNCHES=str(record),
     )
     assert done.returncode == 0, done.stdout
@@ -260,7 +272,7 @@ def test_quick_selection_leaves_the_marked_tests_out(guarded_tests: Path) -> Non
         guarded_tests, "-p", "no:xdist", "-m", "not launches", "-k", "quiet or starts_python_marked"
     )
     assert done.returncode == 0, done.stdout
-    assert "1 passed, 8 deselected" in done.stdout, done.stdout
+    assert "1 passed, 9 deselected" in done.stdout, done.stdout
 
 
 def test_make_test_quick_selects_no_launching_test() -> None:
