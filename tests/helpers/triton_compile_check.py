@@ -33,6 +33,8 @@ from trl_ext.losses.registry import TRITON_LOSSES  # noqa: E402
 SIGNATURE = {
     "z_ptr": "*fp32",
     "sim_ptr": "*fp32",
+    "sim_row_scale_ptr": "*fp32",
+    "sim_col_scale_ptr": "*fp32",
     "y_ptr": "*i64",
     "loss_ptr": "*fp32",
     "ce_ptr": "*fp32",

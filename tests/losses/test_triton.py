@@ -112,16 +112,30 @@ def _chunk(n: int, vocab: int, scale: float, seed: int) -> tuple[torch.Tensor, t
     return z, y, emb[y] @ emb.T
 
 
+def _raw_similarity(
+    y: torch.Tensor, vocab: int, seed: int
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Dot products of an unnormalised embedding and the inverse norms (row, column) that make them cosines."""
+    gen = torch.Generator().manual_seed(seed)
+    emb = (torch.randn(vocab, 8, generator=gen) * torch.rand(vocab, 1, generator=gen).add_(0.2)).to(DEVICE)
+    inv = emb.norm(dim=1).reciprocal()
+    return emb[y] @ emb.T, (inv[y], inv)
+
+
 @pytest.mark.parametrize(("name", "params"), CASES, ids=CASE_IDS)
 @pytest.mark.parametrize(("vocab", "max_block"), [(50, 8192), (100, 32)], ids=["one-tile", "four-tiles"])
 def test_kernel_equals_torch_closed_forms(triton_rows, monkeypatch, name, params, vocab, max_block):
     monkeypatch.setattr(triton_rows, "MAX_BLOCK", max_block)
     z, y, sim = _chunk(7, vocab, scale=3.0, seed=vocab)
-    similarity = sim if name == "emo" else None
+    similarity, scales = (sim if name == "emo" else None), None
+    if (
+        name == "emo" and vocab == 100
+    ):  # the fused path's form: raw dot products, the kernel applies the norms
+        similarity, scales = _raw_similarity(y, vocab, seed=vocab)
     expected = chunk_math(name, params, z.clone(), y, None if similarity is None else similarity.clone(),
-                          want_grad=True, want_stats=True)  # fmt: skip
+                          want_grad=True, want_stats=True, similarity_scales=scales)  # fmt: skip
     got = triton_rows.triton_chunk_math(
-        name, params, z.clone(), y, similarity, want_grad=True, want_stats=True
+        name, params, z.clone(), y, similarity, want_grad=True, want_stats=True, similarity_scales=scales
     )
     for key in ("loss", "grad", "ce", "entropy", "top1_correct", "demd"):
         want = getattr(expected, key)

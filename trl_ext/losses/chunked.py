@@ -139,12 +139,14 @@ class _Plan:
         else:
             torch.addmm(grad_weight, grad.T, h, out_dtype=self.cdtype, out=grad_weight)
 
-    def similarity(self, y: Tensor) -> Tensor | None:
+    def similarity(self, y: Tensor) -> dict[str, Any]:
+        """The row math's similarity keywords for labels y (none without a cost embedding)."""
         if self.cost_embedding is None or self.cost_inv_norm is None:
-            return None
-        # s_ij = cos(e_{y_i}, e_j) = (e_{y_i} . e_j) / (|e_{y_i}| |e_j|): one [n, V] matmul, scaled in place.
+            return {"similarity": None}
+        # s_ij = cos(e_{y_i}, e_j) = (e_{y_i} . e_j) / (|e_{y_i}| |e_j|): one [n, V] matmul and the inverse norms;
+        # the Triton kernel applies them as it reads the rows, the closed forms in place (no extra passes here).
         sim = self.mm(self.cost_embedding[y], self.cost_embedding.T)
-        return sim.mul_(self.cost_inv_norm[y].unsqueeze(1)).mul_(self.cost_inv_norm)
+        return {"similarity": sim, "similarity_scales": (self.cost_inv_norm[y], self.cost_inv_norm)}
 
     def reference(self, rows: Tensor) -> dict[str, Tensor]:
         """The row math's `reference=` keyword for these rows (a fresh compute-dtype chunk), or nothing."""
@@ -274,7 +276,7 @@ class _ChunkedFromLogits(torch.autograd.Function):
                 plan.params,
                 z,
                 y,
-                plan.similarity(y),
+                **plan.similarity(y),
                 want_grad=False,
                 want_stats=plan.want_stats,
                 **plan.reference(rows),
@@ -296,7 +298,7 @@ class _ChunkedFromLogits(torch.autograd.Function):
             y = labels[rows]
             z = logits[rows].to(plan.cdtype)
             grad = plan.row_math(
-                plan.name, plan.params, z, y, plan.similarity(y), want_grad=True, want_stats=False,
+                plan.name, plan.params, z, y, **plan.similarity(y), want_grad=True, want_stats=False,
                 **plan.reference(rows),
             ).grad  # fmt: skip
             assert grad is not None
@@ -334,7 +336,7 @@ class _FusedLinear(torch.autograd.Function):
                 plan.params,
                 plan.logits(h, w),
                 y,
-                plan.similarity(y),
+                **plan.similarity(y),
                 want_grad=need_hidden or need_weight,
                 want_stats=plan.want_stats,
                 **plan.reference(rows),
@@ -419,7 +421,7 @@ def _recompute_grads(
         y = labels[rows]
         h = plan.operand(hidden[rows])
         grad = plan.row_math(
-            plan.name, plan.params, plan.logits(h, w), y, plan.similarity(y), want_grad=True, want_stats=False,
+            plan.name, plan.params, plan.logits(h, w), y, **plan.similarity(y), want_grad=True, want_stats=False,
             **plan.reference(rows),
         ).grad  # fmt: skip
         assert grad is not None

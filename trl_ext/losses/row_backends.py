@@ -51,12 +51,14 @@ def _self_check_problem(n: int = 6, vocab: int = 37, *, device: torch.device, dt
     gen = torch.Generator().manual_seed(1234)
     z = (torch.randn(n, vocab, generator=gen) * 2.0).to(device=device, dtype=dtype)
     y = torch.randint(0, vocab, (n,), generator=gen).to(device)
-    emb = torch.nn.functional.normalize(torch.randn(vocab, 8, generator=gen), dim=1)
-    # The similarity rows stay float32 beside a 16-bit chunk (as `chunked.py` passes them).
-    similarity = (emb[y.cpu()] @ emb.T).to(
-        device=device, dtype=dtype if dtype.itemsize >= 4 else torch.float32
-    )
-    return z, y, similarity
+    emb = torch.randn(vocab, 8, generator=gen) * torch.rand(vocab, 1, generator=gen).add_(0.5)
+    # The similarity rows stay float32 beside a 16-bit chunk (as `chunked.py` passes them): raw dot products and
+    # the cosine's row and column scales (1 / norms), which the kernel applies.
+    sim_dtype = dtype if dtype.itemsize >= 4 else torch.float32
+    inv = emb.norm(dim=1).reciprocal()
+    raw = (emb[y.cpu()] @ emb.T).to(device=device, dtype=sim_dtype)
+    scales = (inv[y.cpu()].to(device), inv.to(device))
+    return z, y, raw, scales
 
 
 def check_kernel(row_math: RowMath, device: torch.device, dtype: torch.dtype) -> None:
@@ -65,16 +67,18 @@ def check_kernel(row_math: RowMath, device: torch.device, dtype: torch.dtype) ->
     key = (device.type, dtype)
     if key in _CHECKED:
         return
-    z, y, similarity = _self_check_problem(device=device, dtype=dtype)
+    z, y, raw, scales = _self_check_problem(device=device, dtype=dtype)
+    cosine = raw.float() * scales[0].unsqueeze(1) * scales[1]
     # Autocast off: the check runs where the kernel is first selected, often inside the trainer's bf16 autocast,
     # which would lower the closed forms' matmuls (the entropy's, EMO's) and fail a correct kernel.
     with torch.no_grad(), torch.autocast(device.type, enabled=False):
         for name, params in SELF_CHECK_CASES:
-            sim = similarity if LOSSES[name].needs_cost_embedding else None
+            cost = LOSSES[name].needs_cost_embedding
             # 16-bit chunks: the closed forms on the same values in float32; the kernel's gradient is rounded.
-            want = chunk_math(name, params, z.float(), y, None if sim is None else sim.float().clone(),
+            want = chunk_math(name, params, z.float(), y, cosine.clone() if cost else None,
                               want_grad=True, want_stats=True)  # fmt: skip
-            got = row_math(name, params, z.clone(), y, sim, want_grad=True, want_stats=True)
+            got = row_math(name, params, z.clone(), y, raw if cost else None, want_grad=True, want_stats=True,
+                           similarity_scales=scales if cost else None)  # fmt: skip
             for field in ("loss", "grad", "ce", "entropy", "demd"):
                 a, b = getattr(got, field), getattr(want, field)
                 if b is None:

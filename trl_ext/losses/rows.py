@@ -35,14 +35,19 @@ def chunk_math(
     want_grad: bool,
     want_stats: bool,
     reference: Tensor | None = None,
+    similarity_scales: tuple[Tensor, Tensor] | None = None,
 ) -> ChunkResult:
     """Loss (and gradient, statistics) of valid rows `z` [n, V] with targets `y` [n].
 
     `z` is owned by the caller's chunk and may be overwritten. `similarity` ([n, V], losses with a cost embedding
-    only, also overwritten) holds s_ij = cos(e_{y_i}, e_j) from the normalised cost embedding; `reference` ([n, V],
-    anchored losses only, may be overwritten) the reference model's logits of the same rows.
+    only, also overwritten) holds s_ij = cos(e_{y_i}, e_j) from the normalised cost embedding, or, with
+    `similarity_scales` (row [n], column [V]), the raw dot products e_{y_i} . e_j that times row_i x column_j (the
+    inverse norms) are the cosines; `reference` ([n, V], anchored losses only, may be overwritten) the reference
+    model's logits of the same rows.
     """
     spec = LOSSES[name]
+    if similarity is not None and similarity_scales is not None:
+        similarity = similarity.mul_(similarity_scales[0].unsqueeze(1)).mul_(similarity_scales[1])
     z_y = z.gather(1, y.unsqueeze(1)).view(-1)
     stats: dict[str, Tensor] = {}
     if want_stats:

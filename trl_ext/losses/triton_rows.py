@@ -51,6 +51,8 @@ def _online_add(m, total, tile_values, mask):
 def _distmatch_row_kernel(
     z_ptr,
     sim_ptr,
+    sim_row_scale_ptr,  # EMO: s = sim * row_scale[row] * col_scale[col] (the cosine's 1 / norms; ones when pre-scaled)
+    sim_col_scale_ptr,
     y_ptr,
     loss_ptr,
     ce_ptr,
@@ -99,7 +101,10 @@ def _distmatch_row_kernel(
             m, sum_e, e, rescale = _online_add(m, sum_e, z, mask)
             sum_ez = sum_ez * rescale + tl.sum(e * z, axis=0)
             if LOSS == 3:
-                s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32)
+                s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
+                    sim_row_scale_ptr + row
+                )
+                s = s * tl.load(sim_col_scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)
                 sum_es = sum_es * rescale + tl.sum(e * s, axis=0)
         if WANT_STATS:
             tile_max = tl.max(tl.where(mask, z, float("-inf")), axis=0)
@@ -138,7 +143,11 @@ def _distmatch_row_kernel(
     else:
         demd = 1.0 - s_mean
         p_y = tl.exp(z_y - lse)
-        s_y = tl.load(sim_row + y).to(tl.float32)
+        s_y = (
+            tl.load(sim_row + y).to(tl.float32)
+            * tl.load(sim_row_scale_ptr + row)
+            * tl.load(sim_col_scale_ptr + y)
+        )
         # target_coef 1: the official `gt_q` trick, the target's own mass left out of the value, not of the
         # gradient; 0: e = DEMD.
         e_val = tl.maximum(demd + target_coef * (p_y * s_y), 0.0)
@@ -175,7 +184,10 @@ def _distmatch_row_kernel(
                 p = tl.exp(z - lse)
                 g = ce_weight * tl.where(at_target, p - 1.0, p)
                 if LOSS == 3:
-                    s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32)
+                    s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
+                        sim_row_scale_ptr + row
+                    )
+                    s = s * tl.load(sim_col_scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)
                     g += demd_weight * p * (s_mean - s)  # b * dDEMD/dz, dDEMD/dz = p (c - DEMD)
             tl.store(z_row + cols, g, mask=mask)
 
@@ -183,7 +195,7 @@ def _distmatch_row_kernel(
 def launch_config(vocab: int) -> tuple[int, int]:
     """(BLOCK columns per tile, num_warps) for a row of `vocab` logits.
 
-    16 warps at the 8192-wide tile keep every variant at <= 110 registers per thread without spills on sm_90
+    16 warps at the 8192-wide tile keep every variant at <= 128 registers per thread without spills on sm_90
     (8 warps would need up to 242 for EMO with statistics); `tests/helpers/triton_compile_check.py` checks both.
     """
     block = min(MAX_BLOCK, triton.next_power_of_2(vocab))
@@ -199,10 +211,12 @@ def triton_chunk_math(
     *,
     want_grad: bool,
     want_stats: bool,
+    similarity_scales: tuple[Tensor, Tensor] | None = None,
 ) -> ChunkResult:
     """`rows.chunk_math` for the losses in `TRITON_LOSSES`, on a chunk of float32 logits, or 16-bit ones (read in
     float32; the gradient written over them is rounded once). z is overwritten by the gradient; loss and statistics
-    are float32."""
+    are float32. `similarity_scales` (row [n], column [V], float32): the kernel uses similarity * row x column (the
+    cosine from raw dot products, without two scaling passes over the [n, V] rows)."""
     if name not in _LOSS_CODE:
         raise ValueError(f"the Triton kernels implement {TRITON_LOSSES}, not {name!r}")
     if z.dtype not in CHUNK_DTYPES:
@@ -221,14 +235,21 @@ def triton_chunk_math(
     if spec.needs_cost_embedding:
         assert similarity is not None and similarity.shape == z.shape
         sim = similarity if similarity.stride(1) == 1 else similarity.contiguous()
+        if similarity_scales is None:
+            row_scale, col_scale = z.new_ones(n, dtype=torch.float32), z.new_ones(vocab, dtype=torch.float32)
+        else:
+            row_scale, col_scale = similarity_scales
+            assert row_scale.shape == (n,) and col_scale.shape == (vocab,)
     else:
-        sim = z  # never read
+        sim = row_scale = col_scale = z  # never read
     if n:
         dummy = loss
         block, num_warps = launch_config(vocab)
         _distmatch_row_kernel[(n,)](
             z,
             sim,
+            row_scale,
+            col_scale,
             y,
             loss,
             stats.get("ce", dummy),
