@@ -39,9 +39,8 @@ def _in_triton_package(filename: str) -> bool:
     for i, part in enumerate(parts[:-1]):
         if part == "triton":
             root = os.sep.join(parts[: i + 1])
-            if os.path.isfile(os.path.join(root, "__init__.py")) and os.path.isdir(
-                os.path.join(root, "backends")
-            ):
+            package = os.path.isfile(os.path.join(root, "__init__.py"))
+            if package and os.path.isdir(os.path.join(root, "backends")):
                 return True
     return False
 
