@@ -388,10 +388,11 @@ class _FusedLinear(torch.autograd.Function):
 
         unit = ctx.grad_weight_unit
         if need_weight and unit is not None and uniform:
-            # Rescale in place; the buffer is consumed (a second backward recomputes below).
+            # Rescale in place; the buffer is consumed (a second backward recomputes below). By a Python float: a
+            # 0-dim CUDA tensor would be rounded to a 16-bit accumulator's dtype first (bf16(1/n): up to 2^-9 off).
             ctx.grad_weight_unit = None
             if upstream.numel() and float(upstream[0]) != 1.0:
-                unit.mul_(upstream[0])
+                unit.mul_(float(upstream[0]))
             grad_weight = unit.to(weight.dtype)
 
         redo_hidden, redo_weight = need_hidden and grad_hidden is None, need_weight and grad_weight is None
