@@ -261,6 +261,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--losses", type=csv(LOSSES, "loss"), default=["ce"], help="comma list (default ce)")
     p.add_argument("--paths", type=csv(PATHS, "path"), default=list(PATHS), help="comma list (default both)")
+    p.add_argument("--cases", default=None, metavar="SETUP:PATH,...",
+                   help="only these (setup, path) pairs, each loss (instead of every setup x path)")  # fmt: skip
     p.add_argument("--d", type=int, default=576, help="hidden width (default 576, SmolLM2-135M)")
     p.add_argument("--vocab", type=int, default=49152, help="vocabulary (default 49152, SmolLM2-135M)")
     p.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
@@ -273,6 +275,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args._worker and (args.tokens % args.seq or args.tokens < args.seq):
         p.error("--tokens must be a positive multiple of --seq")
+    if args.cases is not None:
+        pairs = [tuple(c.split(":")) for c in args.cases.split(",") if c]
+        bad = [":".join(c) for c in pairs if len(c) != 2 or c[0] not in SETUPS or c[1] not in PATHS]
+        if bad or not pairs:
+            p.error(f"--cases: {bad or 'none'} not SETUP:PATH with SETUP in {', '.join(SETUPS)} and PATH in "
+                    f"{', '.join(PATHS)}")  # fmt: skip
+        args.cases = pairs
     return args
 
 
@@ -295,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}"]
     env = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     results = []
-    cases = [(s, loss, p) for s in args.setups for loss in args.losses for p in args.paths]
+    pairs = args.cases or [(s, p) for s in args.setups for p in args.paths]
+    cases = [(s, loss, p) for s, p in pairs for loss in args.losses]
     for i, (setup, loss, path) in enumerate(cases, 1):
         log(f"case {i}/{len(cases)}: {setup} {loss} {path}")
         case = {

@@ -108,23 +108,43 @@ def test_training_benchmark_harness(tmp_path):
     assert rows["gem_ls"]["first_loss"] != pytest.approx(rows["nll"]["first_loss"], rel=1e-2)
 
 
-def test_training_benchmark_rejects_bad_input(tmp_path):
+def _bench_module(name: str):
+    """A benchmark script as a module (benchmarks/ on sys.path, as when it runs): its main() in this process."""
+    import importlib
+
+    folder = str(REPO_ROOT / "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
+
+
+def test_training_benchmark_rejects_bad_input(tmp_path, capsys):
+    """In this process (its main(), exit status 2 and the message): the checks run before any model or process."""
+    bench = _bench_module("bench_trl_training")
     for args, message in (
         (["--losses", "gem_lsx"], "unknown loss ['gem_lsx']"),
         (["--model", str(tmp_path)], "not a Hugging Face model folder"),
         (["--steps", "2", "--warmup-steps", "2"], "--steps must be larger than --warmup-steps"),
     ):
-        proc = subprocess.run([sys.executable, "benchmarks/bench_trl_training.py", *args], capture_output=True,
-                              text=True, cwd=REPO_ROOT, timeout=300)  # fmt: skip
-        assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+        try:
+            status = bench.main(args)
+        except SystemExit as stop:  # argparse's errors
+            status = stop.code
+        err = capsys.readouterr().err
+        assert status == 2 and message in err, err[-2000:]
+    with pytest.raises(SystemExit) as stop:
+        _bench_module("bench_sharded_loss").main(["--cases", "ddp:fused,zero3:nope"])
+    assert stop.value.code == 2 and "--cases: ['zero3:nope'] not SETUP:PATH" in capsys.readouterr().err
 
 
 @pytest.mark.multiprocess
 def test_sharded_loss_benchmark_harness(tmp_path):
-    data = _run(["benchmarks/bench_sharded_loss.py", "--setups", "ddp,fsdp2_head", "--losses", "ce",
+    """Two launches cover both setups and both paths: the unsharded logits path and the sharded head's fused path,
+    whose rank-0 losses must agree (tests/distributed/test_fsdp2.py checks every layout x path for exactness)."""
+    data = _run(["benchmarks/bench_sharded_loss.py", "--cases", "ddp:logits,fsdp2_head:fused", "--losses", "ce",
                  "--d", "32", "--vocab", "512", "--tokens", "64", "--seq", "32"], tmp_path)  # fmt: skip
     rows = {(r["setup"], r["path"]): r for r in data["results"]}
-    assert set(rows) == {(s, p) for s in ("ddp", "fsdp2_head") for p in ("fused", "logits")}
+    assert list(rows) == [("ddp", "logits"), ("fsdp2_head", "fused")]
     assert not [r for r in rows.values() if "error" in r]
     for (_, path), r in rows.items():
         assert [x["rank"] for x in r["ranks"]] == [0, 1]
