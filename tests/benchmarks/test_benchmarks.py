@@ -70,6 +70,7 @@ def test_fused_memory_settings_benchmark_harness(tmp_path):
     rows = {(r["loss"], r["setting"]): r for r in data["rows"]}
     for row in rows.values():  # --profile: the heaviest operations of each case, the matmuls among them
         assert 0 < len(row["profile"]) <= 10 and all(p["ms"] > 0 and p["calls"] > 0 for p in row["profile"])
+        assert [p["ms"] for p in row["profile"]] == sorted((p["ms"] for p in row["profile"]), reverse=True)
         assert any("mm" in p["op"] for p in row["profile"]), row["profile"]
     (report,) = tmp_path.glob("*.md")
     assert "Most CPU self time per case" in report.read_text()
