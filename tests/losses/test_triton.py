@@ -128,9 +128,8 @@ def test_kernel_equals_torch_closed_forms(triton_rows, monkeypatch, name, params
     monkeypatch.setattr(triton_rows, "MAX_BLOCK", max_block)
     z, y, sim = _chunk(7, vocab, scale=3.0, seed=vocab)
     similarity, scales = (sim if name == "emo" else None), None
-    if (
-        name == "emo" and vocab == 100
-    ):  # the fused path's form: raw dot products, the kernel applies the norms
+    # The four-tile EMO case takes the fused path's form: raw dot products, the kernel applies the norms.
+    if name == "emo" and vocab == 100:
         similarity, scales = _raw_similarity(y, vocab, seed=vocab)
     expected = chunk_math(name, params, z.clone(), y, None if similarity is None else similarity.clone(),
                           want_grad=True, want_stats=True, similarity_scales=scales)  # fmt: skip
@@ -274,9 +273,8 @@ def test_the_16_bit_weight_gradient_is_rescaled_by_the_exact_upstream_gradient(
     assert unit.dtype == torch.float64 and bool((unit != 0).any())
     nonzero = unit.abs() > 1e-6
     ratio = scaled[nonzero] * items / unit[nonzero]
-    assert abs(float(ratio.mean()) - 1.0) < 3e-4, float(
-        ratio.mean()
-    )  # bf16 rounding: unbiased, |each| <= 2^-8
+    # bf16 rounding: unbiased on average, each ratio within 2^-8
+    assert abs(float(ratio.mean()) - 1.0) < 3e-4, float(ratio.mean())
     assert float((ratio - 1).abs().max()) <= 2**-8
 
 

@@ -76,6 +76,9 @@ def _distmatch_row_kernel(
     sim_row = sim_ptr + row * sim_stride
     y = tl.load(y_ptr + row).to(tl.int32)
     z_y = tl.load(z_row + y).to(tl.float32)
+    row_scale = 1.0
+    if LOSS == 3:
+        row_scale = tl.load(sim_row_scale_ptr + row)
     cols0 = tl.arange(0, BLOCK)
 
     NEEDS_P: tl.constexpr = (LOSS == 0) or (LOSS == 3) or WANT_STATS
@@ -101,9 +104,7 @@ def _distmatch_row_kernel(
             m, sum_e, e, rescale = _online_add(m, sum_e, z, mask)
             sum_ez = sum_ez * rescale + tl.sum(e * z, axis=0)
             if LOSS == 3:
-                s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
-                    sim_row_scale_ptr + row
-                )
+                s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32) * row_scale
                 s = s * tl.load(sim_col_scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)
                 sum_es = sum_es * rescale + tl.sum(e * s, axis=0)
         if WANT_STATS:
@@ -143,11 +144,7 @@ def _distmatch_row_kernel(
     else:
         demd = 1.0 - s_mean
         p_y = tl.exp(z_y - lse)
-        s_y = (
-            tl.load(sim_row + y).to(tl.float32)
-            * tl.load(sim_row_scale_ptr + row)
-            * tl.load(sim_col_scale_ptr + y)
-        )
+        s_y = tl.load(sim_row + y).to(tl.float32) * row_scale * tl.load(sim_col_scale_ptr + y)
         # target_coef 1: the official `gt_q` trick, the target's own mass left out of the value, not of the
         # gradient; 0: e = DEMD.
         e_val = tl.maximum(demd + target_coef * (p_y * s_y), 0.0)
@@ -184,9 +181,7 @@ def _distmatch_row_kernel(
                 p = tl.exp(z - lse)
                 g = ce_weight * tl.where(at_target, p - 1.0, p)
                 if LOSS == 3:
-                    s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
-                        sim_row_scale_ptr + row
-                    )
+                    s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32) * row_scale
                     s = s * tl.load(sim_col_scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)
                     g += demd_weight * p * (s_mean - s)  # b * dDEMD/dz, dDEMD/dz = p (c - DEMD)
             tl.store(z_row + cols, g, mask=mask)
