@@ -85,7 +85,6 @@ LAUNCHING_PATHS = (
     "project/test_dist.py",
     "project/test_environments.py",
     "project/test_extending.py",
-    "project/test_generated.py",
     "project/test_makefile_stamps.py",
     "project/test_no_deps_install.py",
     "project/test_project_venvs.py",
@@ -123,6 +122,7 @@ LAUNCHING_TESTS: dict[str, tuple[str, ...]] = {
     "losses/test_triton.py": ("test_kernel_compiles_for_an_h100_without_a_gpu",),
     "hooks/test_import_hook.py": ("test_importing_a_hook_imports_only_the_standard_library",),
     "project/test_collection.py": ("test_the_filter_selects_what_importing_every_module_selects",),
+    "project/test_generated.py": ("test_committed_configs_equal_what_the_generator_writes",),
     "project/test_documented_commands.py": (
         "test_make_command_dry_runs",
         "test_make_dry_run_fails_on_an_unknown_target",
