@@ -1,8 +1,10 @@
 """Faults around a real `trl sft` run (the reliability rows of docs/refusals.md): a second run into the folder
 another run is writing, `kill -9` then resume, and a disk that fills up while a checkpoint is saved.
 
-Real processes from the wheel venv (as in test_trl_sft.py), the tiny Llama built in code, offline. The disk-full
-case mounts a small tmpfs in a private mount namespace (`unshare -m`, root only: skipped with the reason otherwise).
+Real processes from the wheel venv (as in test_trl_sft.py), the tiny Llama built in code, offline. The runs that
+are killed, refused or fill the disk start cold; the resumes, whose claim is the checkpoint, are forked from the warm
+interpreter (tests/helpers/warm_cli.py). The disk-full case mounts a small tmpfs in a private mount namespace
+(`unshare -m`, root only: skipped with the reason otherwise).
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen) -
         time.sleep(0.1)
 
 
-def test_second_run_into_a_busy_folder_is_refused_and_kill9_then_resume_continues(wheel_venv, tiny, tmp_path):
+def test_second_run_into_a_busy_folder_is_refused_and_kill9_then_resume_continues(
+    wheel_venv, warm_cli, tiny, tmp_path
+):
     """Run A writes `out` (a checkpoint per step); run B into `out` is refused in one line while A runs; A is
     killed with SIGKILL; run C resumes from A's newest complete checkpoint in the same folder (the kernel released
     A's lock) and trains to its last step."""
@@ -82,7 +86,7 @@ def test_second_run_into_a_busy_folder_is_refused_and_kill9_then_resume_continue
     assert first.returncode == -signal.SIGKILL
     newest = _complete_checkpoints(out)[-1]
     step = json.loads((newest / "trainer_state.json").read_text())["global_step"]
-    resumed = run_cli(
+    resumed = warm_cli.run(
         [wheel_venv.trl, "sft", *_args(tiny, out, step + 2, "--resume_from_checkpoint", str(newest))],
         tmp_path,
     )
@@ -109,7 +113,7 @@ def _can_mount_tmpfs(tmp_path: Path) -> str | None:
     )
 
 
-def test_disk_full_while_saving_keeps_the_last_complete_checkpoint(wheel_venv, tiny, tmp_path):
+def test_disk_full_while_saving_keeps_the_last_complete_checkpoint(wheel_venv, warm_cli, tiny, tmp_path):
     """The output folder is an 800 KiB tmpfs: checkpoint-1 (~530 KiB) fits, checkpoint-2 does not. The run stops
     with a non-zero status and one message naming the removed half-written checkpoint and the one to resume from.
     Resuming from it elsewhere trains on."""
@@ -132,7 +136,7 @@ def test_disk_full_while_saving_keeps_the_last_complete_checkpoint(wheel_venv, t
     assert f"resume from {out / 'checkpoint-1'}" in message, message
     assert sorted(p.name for p in keep.glob("checkpoint-*")) == ["checkpoint-1"]  # no half-written checkpoint
     assert (keep / "checkpoint-1" / "trainer_state.json").is_file()
-    resumed = run_cli(
+    resumed = warm_cli.run(
         [
             wheel_venv.trl,
             "sft",
