@@ -263,16 +263,16 @@ format: $(CORE_STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths), $(4) environment assignments. A selection
-# that collects nothing (pytest exit code 5) fails: a venv whose tests silently vanished must not pass. Each run uses pytest-xdist's 2
-# workers (one per core, one compute thread each; a module's tests stay on one worker, so its module fixtures run
-# once, and tests/helpers/once.py shares the session's expensive builds between the workers) and lists its 15
-# slowest tests.
+# $(1) venv dir, $(2) marker expression, $(3) paths (default: testpaths), $(4) environment assignments, $(5) the
+# xdist options (default PYTEST_XDIST). A selection that collects nothing (pytest exit code 5) fails: a venv whose tests
+# silently vanished must not pass. Each run uses pytest-xdist's 2 workers (one per core, one compute thread each; by
+# default a module's tests stay on one worker, so its module fixtures run once, and tests/helpers/once.py shares the
+# session's expensive builds between the workers) and lists its 15 slowest tests.
 PYTEST_XDIST ?= -n 2 --dist loadscope
 PYTEST_THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 define pytest_run
 	@echo "==> $(1): pytest -m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS)"
-	@rc=0; start=$$(date +%s); $(4) $(OFFLINE) $(PYTEST_THREADS) $(1)/bin/python -m pytest $(PYTEST_XDIST) --durations=15 \
+	@rc=0; start=$$(date +%s); $(4) $(OFFLINE) $(PYTEST_THREADS) $(1)/bin/python -m pytest $(or $(5),$(PYTEST_XDIST)) --durations=15 \
 		-m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "==> $(1): no tests collected for -m '$(2) $(AND_MULTIPROCESS)' $(3)"; fi; \
 	echo "==> $(1): pytest -m '$(2)' $(3) took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
@@ -291,10 +291,11 @@ test-core: $(CORE_STAMP)
 # those of the loss library: the rest is pure torch, the same torch 2.13 as .venv's, where it runs. Two pytest runs:
 # Triton chooses between compiling and interpreting when it is first imported, and Axolotl imports it, so the kernel
 # tests' run sets TRITON_INTERPRET=1 in its environment (this machine has no GPU; tools/gpu_check.sh runs the same
-# tests compiled on CUDA).
+# tests compiled on CUDA). The kernel tests are one module with no costly fixture: its tests go to whichever worker is
+# free (`--dist worksteal`; with loadscope one worker ran all of them, 46 s against 28 s).
 test-axolotl: $(AXO_STAMP)
 	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or (trl_cli and not one_stack))
-	$(call pytest_run,$(VENV_AXOLOTL),loss_library,tests/losses/test_triton.py,TRITON_INTERPRET=1)
+	$(call pytest_run,$(VENV_AXOLOTL),loss_library,tests/losses/test_triton.py,TRITON_INTERPRET=1,-n 2 --dist worksteal)
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)
@@ -304,8 +305,10 @@ test-opencompass: $(OC_STAMP)
 	$(call pytest_run,$(VENV_OC),opencompass_env)
 
 # The ms-swift plugin (swift_distmatch/) in its own venv, built on first use; the last step of `make test` (docs/swift.md).
+# Its two training tests share one module and only a tiny model built in code: they run on both workers side by side
+# (`--dist worksteal`; with loadscope one worker ran both, 70 s).
 test-swift: $(SWIFT_STAMP)
-	$(call pytest_run,$(VENV_SWIFT),swift_env,tests/swift)
+	$(call pytest_run,$(VENV_SWIFT),swift_env,tests/swift,,-n 2 --dist worksteal)
 
 # The GPU kit (tools/gpu_kit.py; docs/benchmarks.md "The GPU check"): the wheels the lent GPU machine's image lacks
 # (our wheel, TRL, datasets, Liger-Kernel, Cut Cross Entropy, pytest and their missing dependencies, resolved for its

@@ -47,6 +47,9 @@ def _swift_sft(
         "--max_steps", str(STEPS), "--per_device_train_batch_size", str(N_EXAMPLES), "--learning_rate", "1e-2",
         "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
         "--dataloader_num_workers", "0", "--output_dir", str(workdir / "out"),
+        # Offline: without it ms-swift's trainer asks modelscope.cn whether the local model is the latest, and its
+        # retries wait about 22 s of each run (no network here but the package registries).
+        "--check_model", "false",
     ]  # fmt: skip
     return subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
 
