@@ -269,6 +269,8 @@ format: $(CORE_STAMP)
 # default a module's tests stay on one worker, so its module fixtures run once, and tests/helpers/once.py shares the
 # session's expensive builds between the workers) and lists its 15 slowest tests.
 PYTEST_XDIST ?= -n 2 --dist loadscope
+# For a run of one module with no costly fixture: its tests go to whichever worker is free.
+PYTEST_XDIST_BY_TEST ?= -n 2 --dist worksteal
 PYTEST_THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 define pytest_run
 	@echo "==> $(1): pytest -m '$(2) $(AND_MULTIPROCESS)' $(3) $(PYTEST_ARGS)"
@@ -295,7 +297,7 @@ test-core: $(CORE_STAMP)
 # free (`--dist worksteal`; with loadscope one worker ran all of them, 46 s against 28 s).
 test-axolotl: $(AXO_STAMP)
 	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or (trl_cli and not one_stack))
-	$(call pytest_run,$(VENV_AXOLOTL),loss_library,tests/losses/test_triton.py,TRITON_INTERPRET=1,-n 2 --dist worksteal)
+	$(call pytest_run,$(VENV_AXOLOTL),loss_library,tests/losses/test_triton.py,TRITON_INTERPRET=1,$(PYTEST_XDIST_BY_TEST))
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)
@@ -308,7 +310,7 @@ test-opencompass: $(OC_STAMP)
 # Its two training tests share one module and only a tiny model built in code: they run on both workers side by side
 # (`--dist worksteal`; with loadscope one worker ran both, 70 s).
 test-swift: $(SWIFT_STAMP)
-	$(call pytest_run,$(VENV_SWIFT),swift_env,tests/swift,,-n 2 --dist worksteal)
+	$(call pytest_run,$(VENV_SWIFT),swift_env,tests/swift,,$(PYTEST_XDIST_BY_TEST))
 
 # The GPU kit (tools/gpu_kit.py; docs/benchmarks.md "The GPU check"): the wheels the lent GPU machine's image lacks
 # (our wheel, TRL, datasets, Liger-Kernel, Cut Cross Entropy, pytest and their missing dependencies, resolved for its

@@ -17,8 +17,8 @@ agree: the same exit status and the same `error:` lines (a refusal writes nothin
 whose environment differs from the warm process's in what only interpreter start reads (`PYTHONPATH`,
 `PYTHONSTARTUP`, ...) runs cold. The first process of the multi-process runs of tests/distributed/test_trl_distributed.py
 is forked too (it parses and starts `accelerate launch`; the ranks are fresh interpreters, as always); the two-process
-hook launch of tests/trl/cli/test_trl_sft.py, the killed, refused and disk-filling runs of the fault tests and the documented commands run
-cold (`run_cli`).
+hook launch of tests/trl/cli/test_trl_sft.py, the killed, refused and disk-filling runs of the fault tests and the
+documented commands run cold (`run_cli`).
 """
 
 from __future__ import annotations
