@@ -74,7 +74,14 @@ def test_fused_memory_settings_benchmark_harness(tmp_path):
         assert any("mm" in p["op"] for p in row["profile"]), row["profile"]
     (report,) = tmp_path.glob("*.md")
     assert "Most CPU self time per case" in report.read_text()
-    assert set(rows) == {(loss, s) for loss in ("ce", "emo") for s in ("default", "accum-weight")}
+    settings = ("default", "accum-weight")
+    assert set(rows) == {(loss, s) for loss in ("ce", "emo") for s in settings} | {("ce", "dw_tiles")}
+    # The d-weight-by-tile prototype (benchmarks/_dw_tiles.py), float32 steps on a CPU: the same loss, d weight at
+    # the floor (one rounding), d hidden rounded twice (formed in bf16, then rescaled in place).
+    tiles, default = rows[("ce", "dw_tiles")], rows[("ce", "default")]
+    assert tiles["loss_value"] == pytest.approx(default["loss_value"], rel=1e-6)
+    assert tiles["weight_err"] == pytest.approx(default["weight_err"], rel=1e-2)
+    assert default["hidden_err"] < tiles["hidden_err"] < 2 * default["hidden_err"]
     for loss in ("ce", "emo"):
         default, low = rows[(loss, "default")], rows[(loss, "accum-weight")]
         assert default["time_ms"] > 0 and default["loss_value"] == low["loss_value"]

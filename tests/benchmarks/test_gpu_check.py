@@ -268,7 +268,8 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert len(list(marks.iterdir())) >= len(steps) + 2
     assert result["triton"]["counts"]["tests"] > 0 and result["triton"]["verdict"] in ("pass", "all skipped")
     assert result["bench"]["rows"] == 2 and result["bench"]["errors"] == 0
-    assert result["memory"]["rows"] == 6 and result["memory"]["errors"] == 0  # 2 settings x ce, gem_ls, emo
+    # 2 settings x ce, gem_ls, emo, and the d-weight-by-tile prototype beside ce
+    assert result["memory"]["rows"] == 7 and result["memory"]["errors"] == 0
     run = result["train"]["runs"]["gem_ls_lowmem"]
     assert run["trainer_class"] == "DistMatchSFTTrainer" and run["tokens_per_s"] > 0 and run["peak_mib"] > 0
     # The low-memory run's training process had its settings (float32 here: the 16-bit chunk is a no-op).
@@ -287,6 +288,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert "| parity | pass |" in summary and "| gem_ls_lowmem | DistMatchSFTTrainer |" in summary
     assert "## Results" in summary  # the loss benchmark's own table
     assert "| gem_ls | accum-weight (float32, weight, default) |" in summary  # the memory settings' table
+    assert "| ce | dw_tiles |" in summary
 
 
 def test_install_unpacks_the_wheels_when_pip_fails(tmp_path: Path) -> None:
