@@ -52,7 +52,7 @@ SETTINGS: dict[str, tuple[str, str, int | None]] = {
 }
 LIGER = "liger_flce"
 # A prototype beside the `ce` rows (benchmarks/_dw_tiles.py): d weight by vocabulary tile in the backward, within a
-# 64 MiB budget of temporaries. Measured, never a library path: it decides whether the row kernel should learn it.
+# 60 MiB budget of temporaries. Measured, never a library path: it decides whether the row kernel should learn it.
 DW_TILES = "dw_tiles"
 
 

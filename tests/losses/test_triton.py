@@ -16,8 +16,8 @@ import sys
 import pytest
 import torch
 
+from tests.helpers.dw_tiles_check import check_against_reference, dw_tiles_module
 from tests.helpers.env import REPO_ROOT
-from tests.helpers.modules import load_module
 from trl_ext.losses import chunked as chunked_module
 from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
 from trl_ext.losses import row_backends as kernels_module
@@ -432,27 +432,8 @@ def test_bf16_fused_on_gpu_matches_float32_reference(triton_rows, name):
 
 
 def test_dw_tiles_prototype_matches_the_reference(triton_rows, monkeypatch):
-    """benchmarks/_dw_tiles.py (the `dw_tiles` row of bench_fused_memory.py, measured on GPUs): its tile kernel
-    and its forward through the row kernel give the reference's loss and gradients, over several forward chunks,
-    vocabulary tiles and row blocks, with ignored rows and a per-token upstream gradient."""
-    dw_tiles = load_module("dw_tiles_prototype", REPO_ROOT / "benchmarks" / "_dw_tiles.py")
-    assert dw_tiles._triton_tile_grad() is not None  # the Triton kernels, not the float32 PyTorch fallback
-    monkeypatch.setattr(dw_tiles, "ROW_BLOCK", 24)  # 40 valid rows: two blocks
-    gen = torch.Generator().manual_seed(3)
-    n, d, vocab = 48, 16, 384
-    hidden = torch.randn(n, d, generator=gen, device=DEVICE).requires_grad_()
-    weight = torch.randn(vocab, d, generator=gen, device=DEVICE).mul_(0.5).requires_grad_()
-    labels = torch.randint(0, vocab, (n,), generator=gen, device=DEVICE)
-    labels[torch.arange(0, n, 6)] = -100
-    labels[1] = vocab - 1  # a target in the last tile's last column
-    upstream = torch.rand(n, generator=gen, device=DEVICE)
-    chunk, tile = dw_tiles._sizes(40, vocab, d, 4, int(0.02 * 2**20))
-    assert chunk < 40 and tile == 128  # several forward chunks, three vocabulary tiles
-    loss = dw_tiles.dw_tiles_ce(hidden, weight, labels, budget_mb=0.02)
-    (loss * upstream).sum().backward()
-    h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
-    want = reference_token_loss("ce", h @ w.T, labels)
-    (want * upstream).sum().backward()
-    torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(hidden.grad, h.grad, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(weight.grad, w.grad, rtol=1e-4, atol=1e-5)
+    """benchmarks/_dw_tiles.py (the `dw_tiles` row of bench_fused_memory.py, measured on GPUs) with its Triton tile
+    kernel and the row kernel's forward: the reference's loss and gradients."""
+    module = dw_tiles_module()
+    assert module._triton_tile_grad() is not None  # the Triton kernels, not the float32 PyTorch fallback
+    check_against_reference(module, monkeypatch, DEVICE)
