@@ -5,15 +5,15 @@ A measurement script, never a pass/fail test. One process measures every (loss x
 settings are environment variables the fused path reads at each call (docs/losses.md "Chunk logits" and "Weight-gradient accumulator"):
 
 * ``DISTMATCH_CHUNK_LOGITS``: the chunk's logits in float32 (default) or in the inputs' dtype (``input``);
-* ``DISTMATCH_GRAD_WEIGHT_ACCUM``: the weight gradient accumulated in float32 (default) or the head's dtype;
+* ``DISTMATCH_GRAD_WEIGHT_ACCUM``: the weight gradient accumulated in float32 (default) or the head's dtype, or
+  formed by vocabulary tile in the backward (``tiles``);
 * ``DISTMATCH_CHUNK_MEMORY_MB``: the chunk's budget (512 MiB on CUDA by default).
 
 Per case: extra memory (CUDA ``max_memory_allocated`` above the inputs, the gradients included; on a CPU the peak
 resident set, which an earlier case's high-water mark can hide: use bench_losses.py there), the median time of
 forward + backward, and the error of the loss and of both gradients against float64 (the same inputs in float64,
 row chunks through the autograd reference; relative Frobenius norms). Liger's fused linear CE, when installed, is
-measured the same way on the ``ce`` rows, and so is ``dw_tiles``, a prototype that forms d weight by vocabulary
-tile in the backward (``benchmarks/_dw_tiles.py``; docs/losses.md "Liger's memory at our speed"). ``--profile`` adds, per case, the operations (CUDA kernels on a GPU) that
+measured the same way on the ``ce`` rows. ``--profile`` adds, per case, the operations (CUDA kernels on a GPU) that
 took the most self time in one more forward + backward under ``torch.profiler``: where a setting's time goes.
 
     python benchmarks/bench_fused_memory.py --device cuda --out      # needs: gpu; Llama-3-8B's head, N 8192, bf16
@@ -49,11 +49,11 @@ SETTINGS: dict[str, tuple[str, str, int | None]] = {
     "input-64": ("input", "weight", 64),
     "input-32": ("input", "weight", 32),
     "input-64-accum-f32": ("input", "float32", 64),
+    # d weight by vocabulary tile in the backward (docs/losses.md "Liger's memory at our speed")
+    "tiles": ("float32", "tiles", None),
+    "tiles-input-64": ("input", "tiles", 64),
 }
 LIGER = "liger_flce"
-# A prototype beside the `ce` rows (benchmarks/_dw_tiles.py): d weight by vocabulary tile in the backward, within a
-# 60 MiB budget of temporaries. Measured, never a library path: it decides whether the row kernel should learn it.
-DW_TILES = "dw_tiles"
 
 
 def _apply(setting: str) -> None:
@@ -82,12 +82,6 @@ def exact_grads(loss: str, x: dict, rows_per_chunk: int = 1024) -> dict:
         grad_w.addmm_(g.T, hc)
         del logits, g
     return {"loss": total, "hidden": grad_h, "weight": grad_w}
-
-
-def _dw_tiles_fn(x: dict) -> torch.Tensor:
-    from _dw_tiles import dw_tiles_ce
-
-    return dw_tiles_ce(x["hidden"], x["weight"], x["labels"]).sum() / x["n_valid"]
 
 
 def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -148,7 +142,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="per case, the operations taking the most self time"
     )
-    parser.add_argument("--no-prototype", action="store_true", help=f"leave out the `{DW_TILES}` ce row")
     parser.add_argument("--out", nargs="?", const=str(REPO_ROOT / "benchmarks" / "out"), default=None)
     args = parser.parse_args(argv)
     args.settings = args.settings.split(",")
@@ -170,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
         anchors = [LIGER] if cuda else []
     except ImportError:
         anchors = []
-    anchors += [] if args.no_prototype else [DW_TILES]
     rows = []
     for loss in args.losses.split(","):
         x = _make_inputs(SHAPES[args.shape], loss, args.device, dtype=args.dtype)
@@ -183,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 _apply(setting)
             log(f"{loss} {setting}")
             try:
-                fn = _dw_tiles_fn if path == DW_TILES else _loss_fn({"path": path, "loss": loss})
+                fn = _loss_fn({"path": path, "loss": loss})
                 row = measure(fn, x, args.repeats, cuda, exact)
                 if args.profile:
                     row["profile"] = profile_case(fn, x, cuda)

@@ -52,11 +52,16 @@ TRAIN_RUNS: dict[str, tuple[str, ...]] = {
     "asft": ("--loss", "asft"),
     "gem_ls_lowmem": ("--loss", "gem_ls"),
     "emo_lowmem": ("--loss", "emo"),
+    "gem_ls_tiles": ("--loss", "gem_ls"),
+    "emo_tiles": ("--loss", "emo"),
 }
 # Runs with the fused path's memory settings (docs/losses.md "Chunk logits" and "Weight-gradient accumulator") besides their arguments.
 LOW_MEMORY_ENV = {"DISTMATCH_CHUNK_LOGITS": "input", "DISTMATCH_GRAD_WEIGHT_ACCUM": "weight",
                   "DISTMATCH_CHUNK_MEMORY_MB": "64"}  # fmt: skip
-TRAIN_RUN_ENV: dict[str, dict[str, str]] = {"gem_ls_lowmem": LOW_MEMORY_ENV, "emo_lowmem": LOW_MEMORY_ENV}
+# ... and with d weight by vocabulary tile in the backward (docs/losses.md "Liger's memory at our speed").
+TILES_ENV = {**LOW_MEMORY_ENV, "DISTMATCH_GRAD_WEIGHT_ACCUM": "tiles"}
+TRAIN_RUN_ENV: dict[str, dict[str, str]] = {"gem_ls_lowmem": LOW_MEMORY_ENV, "emo_lowmem": LOW_MEMORY_ENV,
+                                            "gem_ls_tiles": TILES_ENV, "emo_tiles": TILES_ENV}  # fmt: skip
 DEFAULT_RUNS = ("trl", "trl_liger", "ce", "gem_ls", "emo", "asft")
 STEPS = ("triton", "memory", "parity", "train", "bench")  # in this order (the benchmark takes what is left)
 # Seconds per step on the GPU (the whole run fits one 9-minute command; `--budget` caps the sum) and on the CPU.

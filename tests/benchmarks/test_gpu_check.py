@@ -213,11 +213,15 @@ def test_probe_record_is_on_disk_after_every_step(tmp_path: Path, monkeypatch: p
 
 def test_every_low_memory_run_trains_its_loss_with_the_low_memory_settings() -> None:
     check = _tool("gpu_check")
-    low = [run for run in check.TRAIN_RUNS if run.endswith("_lowmem")]
-    assert low == ["gem_ls_lowmem", "emo_lowmem"]
-    for run in low:
-        assert check.TRAIN_RUNS[run] == ("--loss", run.removesuffix("_lowmem"))
-        assert check.TRAIN_RUN_ENV[run] == check.LOW_MEMORY_ENV
+    assert check.TILES_ENV == {**check.LOW_MEMORY_ENV, "DISTMATCH_GRAD_WEIGHT_ACCUM": "tiles"}
+    low = []
+    for suffix, env in (("_lowmem", check.LOW_MEMORY_ENV), ("_tiles", check.TILES_ENV)):
+        runs = [run for run in check.TRAIN_RUNS if run.endswith(suffix)]
+        assert runs == [f"gem_ls{suffix}", f"emo{suffix}"]
+        for run in runs:
+            assert check.TRAIN_RUNS[run] == ("--loss", run.removesuffix(suffix))
+            assert check.TRAIN_RUN_ENV[run] == env
+        low += runs
     assert not set(check.TRAIN_RUN_ENV) - set(low)
 
 
@@ -268,8 +272,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert len(list(marks.iterdir())) >= len(steps) + 2
     assert result["triton"]["counts"]["tests"] > 0 and result["triton"]["verdict"] in ("pass", "all skipped")
     assert result["bench"]["rows"] == 2 and result["bench"]["errors"] == 0
-    # 2 settings x ce, gem_ls, emo, and the d-weight-by-tile prototype beside ce
-    assert result["memory"]["rows"] == 7 and result["memory"]["errors"] == 0
+    assert result["memory"]["rows"] == 6 and result["memory"]["errors"] == 0  # 2 settings x ce, gem_ls, emo
     run = result["train"]["runs"]["gem_ls_lowmem"]
     assert run["trainer_class"] == "DistMatchSFTTrainer" and run["tokens_per_s"] > 0 and run["peak_mib"] > 0
     # The low-memory run's training process had its settings (float32 here: the 16-bit chunk is a no-op).
@@ -288,7 +291,6 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert "| parity | pass |" in summary and "| gem_ls_lowmem | DistMatchSFTTrainer |" in summary
     assert "## Results" in summary  # the loss benchmark's own table
     assert "| gem_ls | accum-weight (float32, weight, default) |" in summary  # the memory settings' table
-    assert "| ce | dw_tiles |" in summary
 
 
 def test_install_unpacks_the_wheels_when_pip_fails(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ branches, supported syntax) down to PTX and, with the ``ptxas`` bundled in the T
 resource usage (``cuobjdump``, also in the wheel) must show no register spills to local memory. Run with
 TRITON_INTERPRET unset:
 
-    python tests/helpers/triton_compile_check.py [sm_capability, default 90]
+    python tests/helpers/triton_compile_check.py [sm_capability, default 90] [chunk dtype: fp32 or bf16, default both]
 
 Prints one line per variant and exits non-zero on the first failure.
 """
@@ -41,7 +41,10 @@ SIGNATURE = {
     "entropy_ptr": "*fp32",
     "top1_ptr": "*fp32",
     "demd_ptr": "*fp32",
+    "coef_ptr": "*fp32",
+    "grad_scale_ptr": "*fp32",
     "vocab": "i32",
+    "col0": "i32",
     "z_stride": "i64",
     "sim_stride": "i64",
     "inv_beta": "fp32",
@@ -51,8 +54,14 @@ SIGNATURE = {
     "EMO1": "constexpr",
     "WANT_GRAD": "constexpr",
     "WANT_STATS": "constexpr",
+    "COEF_OUT": "constexpr",
+    "GRAD_ONLY": "constexpr",
     "BLOCK": "constexpr",
 }
+# (WANT_GRAD, WANT_STATS, COEF_OUT, GRAD_ONLY) the dispatcher launches: a chunk (the default paths), a chunk that
+# also stores its gradient coefficients (DISTMATCH_GRAD_WEIGHT_ACCUM=tiles' forward), a tile's gradient alone.
+MODES = [(grad, stats, False, False) for grad in (True, False) for stats in (True, False)]
+MODES += [(True, stats, True, False) for stats in (True, False)] + [(True, False, False, True)]
 
 
 VOCAB = 128256  # Llama 3
@@ -70,7 +79,7 @@ def resource_usage(cubin: bytes) -> str:
     return lines[0][lines[0].index("REG:") :]
 
 
-def main(capability: int = 90) -> int:
+def main(capability: int = 90, chunks: tuple[str, ...] = ("fp32", "bf16")) -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("unset TRITON_INTERPRET: this checks the compiler, not the interpreter", file=sys.stderr)
         return 2
@@ -78,8 +87,8 @@ def main(capability: int = 90) -> int:
     target = GPUTarget("cuda", capability, 32)
     block, num_warps = triton_rows.launch_config(VOCAB)
     count = 0
-    for chunk, loss, emo1, want_grad, want_stats in itertools.product(
-        ("fp32", "bf16"), TRITON_LOSSES, (True, False), (True, False), (True, False)
+    for chunk, loss, emo1, (want_grad, want_stats, coef_out, grad_only) in itertools.product(
+        chunks, TRITON_LOSSES, (True, False), MODES
     ):
         if loss != "emo" and not emo1:
             continue
@@ -88,13 +97,14 @@ def main(capability: int = 90) -> int:
             "z_ptr": f"*{chunk}",
         }  # float32 chunks, or DISTMATCH_CHUNK_LOGITS=input's bf16
         values = {"LOSS": TRITON_LOSSES.index(loss), "EMO1": emo1, "WANT_GRAD": want_grad, "WANT_STATS": want_stats,
-                  "BLOCK": block}  # fmt: skip
+                  "COEF_OUT": coef_out, "GRAD_ONLY": grad_only, "BLOCK": block}  # fmt: skip
         constexprs = {(names.index(k),): v for k, v in values.items()}
         source = ASTSource(fn=triton_rows._distmatch_row_kernel, signature=signature, constexprs=constexprs)
         kernel = triton.compile(source, target=target, options={"num_warps": num_warps})
         usage = resource_usage(kernel.asm["cubin"])
         print(
-            f"compiled {chunk} {loss} emo1={emo1} grad={want_grad} stats={want_stats} BLOCK={block} warps={num_warps}: {usage}"
+            f"compiled {chunk} {loss} emo1={emo1} grad={want_grad} stats={want_stats} coef_out={coef_out} "
+            f"grad_only={grad_only} BLOCK={block} warps={num_warps}: {usage}"
         )
         spilled = int(re.search(r"LOCAL:(\d+)", usage).group(1))
         if spilled:
@@ -106,4 +116,4 @@ def main(capability: int = 90) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 90))
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 90, tuple(sys.argv[2:3]) or ("fp32", "bf16")))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trl_ext.losses import fused_token_loss
+from trl_ext.losses import fused_token_loss, token_loss
 from trl_ext.losses.chunked import CHUNK_LOGITS_ENV, GRAD_WEIGHT_ACCUM_ENV
 
 
@@ -66,8 +66,24 @@ def test_float32_head_is_unaffected(monkeypatch):
 def test_bad_value_is_refused(monkeypatch):
     hidden, weight, labels = _inputs(torch.bfloat16, n=8, v=16)
     monkeypatch.setenv(GRAD_WEIGHT_ACCUM_ENV, "fp8")
-    with pytest.raises(ValueError, match="must be 'float32' or 'weight'"):
+    with pytest.raises(ValueError, match="must be 'float32', 'weight', 'tiles', got 'fp8'"):
         _grad(hidden, weight, labels, None)
+
+
+def test_tiles_without_the_triton_kernel_are_refused_on_the_fused_path_only(monkeypatch):
+    """`tiles` runs the kernel's gradient pass alone on each tile: with the PyTorch closed forms it is refused in one
+    line before any work; the logits path, which has no d weight, ignores the setting."""
+    hidden, weight, labels = _inputs(torch.float32, n=8, v=16)
+    monkeypatch.setenv(GRAD_WEIGHT_ACCUM_ENV, "tiles")
+    monkeypatch.setenv("DISTMATCH_KERNELS", "torch")
+    with pytest.raises(ValueError, match="DISTMATCH_GRAD_WEIGHT_ACCUM=tiles needs the Triton row kernel"):
+        _grad(hidden, weight, labels, None)
+    logits = (hidden @ weight.T).requires_grad_()
+    token_loss("ce", logits, labels).sum().backward()
+    monkeypatch.delenv(GRAD_WEIGHT_ACCUM_ENV)
+    want = (hidden @ weight.T).requires_grad_()
+    token_loss("ce", want, labels).sum().backward()
+    assert torch.equal(logits.grad, want.grad)
 
 
 # ---- DISTMATCH_CHUNK_LOGITS (the Triton path itself: tests/losses/test_triton.py) -------------------------------

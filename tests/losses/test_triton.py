@@ -16,7 +16,6 @@ import sys
 import pytest
 import torch
 
-from tests.helpers.dw_tiles_check import check_against_reference, dw_tiles_module
 from tests.helpers.env import REPO_ROOT
 from trl_ext.losses import chunked as chunked_module
 from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
@@ -169,24 +168,31 @@ def test_kernel_is_stable_for_peaked_rows(triton_rows, monkeypatch, name, params
     torch.testing.assert_close(got.grad.double(), torch_result.grad, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(("name", "params"), CASES, ids=CASE_IDS)
-def test_fused_and_chunked_paths_with_triton_equal_the_reference(triton_rows, monkeypatch, name, params):
-    """Through the public API: values, gradients and statistics with DISTMATCH_KERNELS=triton vs the reference."""
-    monkeypatch.setattr(triton_rows, "MAX_BLOCK", 32)
-    gen = torch.Generator().manual_seed(11)
+def _reference_problem(name: str, params: dict, seed: int, targets: list[int] | None = None):
+    """10 rows (2 ignored), d 12, V 70 in float64; the reference's loss and gradients for a per-token upstream
+    gradient (non-uniform: the fused path's d-weight recompute). `targets`: labels of rows 0, 2, 3."""
+    gen = torch.Generator().manual_seed(seed)
     n, d, vocab = 10, 12, 70
     hidden = torch.randn(n, d, generator=gen, dtype=torch.float64).to(DEVICE)
     weight = torch.randn(vocab, d, generator=gen, dtype=torch.float64).to(DEVICE)
     labels = torch.randint(0, vocab, (n,), generator=gen).to(DEVICE)
     labels[[1, 6]] = -100
+    if targets is not None:
+        labels[[0, 2, 3]] = torch.tensor(targets, device=DEVICE)
     extra = {"cost_embedding": weight.detach().clone()} if name == "emo" else {}
-
     h64, w64 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
     want = reference_token_loss(name, h64 @ w64.T, labels, **params, **extra)
-    upstream = torch.linspace(
-        0.5, 1.5, n, dtype=torch.float64, device=DEVICE
-    )  # non-uniform: dW recompute path
+    upstream = torch.linspace(0.5, 1.5, n, dtype=torch.float64, device=DEVICE)
     (want * upstream).sum().backward()
+    return hidden, weight, labels, extra, want, (h64, w64), upstream
+
+
+@pytest.mark.parametrize(("name", "params"), CASES, ids=CASE_IDS)
+def test_fused_and_chunked_paths_with_triton_equal_the_reference(triton_rows, monkeypatch, name, params):
+    """Through the public API: values, gradients and statistics with DISTMATCH_KERNELS=triton vs the reference."""
+    monkeypatch.setattr(triton_rows, "MAX_BLOCK", 32)
+    hidden, weight, labels, extra, want, (h64, w64), upstream = _reference_problem(name, params, seed=11)
+    n = hidden.shape[0]
 
     h32, w32 = hidden.float().requires_grad_(), weight.float().requires_grad_()
     extra32 = {k: v.float() for k, v in extra.items()}
@@ -206,12 +212,73 @@ def test_fused_and_chunked_paths_with_triton_equal_the_reference(triton_rows, mo
     assert logits.grad is not None and logits.grad[[1, 6]].abs().sum() == 0
 
 
+@pytest.mark.parametrize(("name", "params"), CASES, ids=CASE_IDS)
+def test_tiles_weight_gradient_equals_the_reference(triton_rows, monkeypatch, name, params):
+    """DISTMATCH_GRAD_WEIGHT_ACCUM=tiles: the forward stores each row's gradient coefficients instead of adding to d
+    weight, the backward recomputes the logits by [row block, vocabulary tile] (here 2-4 blocks, 6 tiles) and runs
+    the kernel's gradient pass alone on each tile: the loss and both gradients equal the reference's, for a
+    per-token upstream gradient, with ignored rows, and again in a second backward."""
+    monkeypatch.setattr(triton_rows, "MAX_BLOCK", 8)
+    monkeypatch.setenv(chunked_module.GRAD_WEIGHT_ACCUM_ENV, "tiles")
+    monkeypatch.setenv(chunked_module.CHUNK_MEMORY_ENV, str(400 / 2**20))
+    # targets on the first tile's first column, a tile edge and the last column
+    hidden, weight, labels, extra, want, (h64, w64), upstream = _reference_problem(
+        name, params, 5, [0, 13, 69]
+    )
+    d, vocab = weight.shape[1], weight.shape[0]
+    h32, w32 = hidden.float().requires_grad_(), weight.float().requires_grad_()
+    extra32 = {k: v.float() for k, v in extra.items()}
+    got = fused_token_loss(name, h32, w32, labels, chunk_size=4, **params, **extra32)
+    plan = chunked_module._plan(name, {**params, **extra32}, vocab, h32, 4, False)
+    rows_per_block, tile = plan.tile_shape(8, d, vocab, DEVICE)
+    # 8 valid rows in blocks of 4 (EMO: 2, its blocks also hold their rows of the cost embedding), 6 tiles
+    assert (rows_per_block, tile) == (2 if name == "emo" else 4, 13)
+    grads = torch.autograd.grad(got, (h32, w32), upstream.float(), retain_graph=True)
+    again = torch.autograd.grad(got, (h32, w32), upstream.float())
+    torch.testing.assert_close(got.double(), want.detach(), rtol=1e-4, atol=1e-5)
+    for g, g2, exact in zip(grads, again, (h64.grad, w64.grad)):
+        torch.testing.assert_close(g.double(), exact, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(g2, g)
+
+
+@pytest.mark.parametrize("fault", [None, "column_offset", "scale_ignored"])
+def test_tiles_self_check_runs_before_the_first_tiles_backward(triton_rows, monkeypatch, fault):
+    """The first `tiles` backward per (device, dtype) checks the gradient pass over tiles against the full pass;
+    a fault there (the target's -1 in the tile's own columns; the per-row scale dropped) stops it in one error
+    naming the way out, and nothing is marked checked."""
+    original = triton_rows.triton_tile_gradient
+
+    def faulty(name, params, z, y, coef, scale, col0, **kwargs):
+        if fault == "scale_ignored":
+            scale = torch.ones_like(scale)
+        return original(name, params, z, y, coef, scale, 0 if fault == "column_offset" else col0, **kwargs)
+
+    monkeypatch.setattr(triton_rows, "triton_tile_gradient", faulty)
+    monkeypatch.setattr(kernels_module, "_TILE_CHECKED", set())
+    monkeypatch.setenv(chunked_module.GRAD_WEIGHT_ACCUM_ENV, "tiles")
+    hidden = torch.randn(4, 6, device=DEVICE)
+    weight = torch.randn(40, 6, device=DEVICE, requires_grad=True)
+    loss = fused_token_loss("ce", hidden, weight, torch.tensor([0, 1, 2, 39], device=DEVICE))
+    if fault is None:
+        loss.sum().backward()
+        assert kernels_module._TILE_CHECKED == {(DEVICE.type, torch.float32)}
+        return
+    with pytest.raises(
+        kernels_module.KernelSelfCheckError, match="DISTMATCH_GRAD_WEIGHT_ACCUM=tiles cannot be used"
+    ):
+        loss.sum().backward()
+    assert kernels_module._TILE_CHECKED == set()
+
+
+@pytest.mark.parametrize("accum", ["float32", "tiles"])
 @pytest.mark.parametrize("name", TRITON_LOSSES)
-def test_input_dtype_chunk_logits_stay_within_bf16_roundings(triton_rows, monkeypatch, name):
+def test_input_dtype_chunk_logits_stay_within_bf16_roundings(triton_rows, monkeypatch, name, accum):
     """DISTMATCH_CHUNK_LOGITS=input: the kernel gets bf16 chunks (and writes bf16 gradients over them); the loss
     and both gradients stay within a few bf16 roundings of float64, for a uniform and a per-token upstream
-    gradient, and a second backward (the forward's buffers consumed) recomputes the same gradients."""
+    gradient, and a second backward (the forward's buffers consumed) recomputes the same gradients. With
+    DISTMATCH_GRAD_WEIGHT_ACCUM=tiles too (bf16 tiles of logits, bf16 d weight)."""
     monkeypatch.setattr(triton_rows, "MAX_BLOCK", 32)
+    monkeypatch.setenv(chunked_module.GRAD_WEIGHT_ACCUM_ENV, accum)
     seen = []
 
     def spy(name_, params, z, *args, **kwargs):
@@ -393,7 +460,8 @@ def test_first_use_self_check_stops_a_faulty_kernel(triton_rows, monkeypatch, fa
     ).all()
 
 
-def test_kernel_compiles_for_an_h100_without_a_gpu(tmp_path):
+@pytest.mark.parametrize("chunk", ["fp32", "bf16"])  # two halves, one per worker
+def test_kernel_compiles_for_an_h100_without_a_gpu(tmp_path, chunk):
     """Triton's real compiler (not the interpreter) down to PTX/cubin for sm_90, every launchable variant."""
     pytest.importorskip("triton", reason="Triton is not installed in this venv (it is in .venv-axolotl)")
     if importlib.util.find_spec("triton.backends.nvidia") is None:
@@ -402,10 +470,11 @@ def test_kernel_compiles_for_an_h100_without_a_gpu(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")  # compile for real, not from an earlier cache
     script = REPO_ROOT / "tests" / "helpers" / "triton_compile_check.py"
     out = subprocess.run(
-        [sys.executable, str(script), "90"], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, str(script), "90", chunk], capture_output=True, text=True, env=env, timeout=600
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "40 variants compiled for sm_90" in out.stdout
+    # 5 loss variants (emo: emo1 and emo2) x 7 modes: 4 of a chunk, 2 storing the coefficients, 1 tile gradient
+    assert "35 variants compiled for sm_90" in out.stdout and f"compiled {chunk} " in out.stdout
 
 
 @pytest.mark.skipif(not ON_CUDA, reason="real shapes in bf16 need a GPU")
@@ -429,11 +498,3 @@ def test_bf16_fused_on_gpu_matches_float32_reference(triton_rows, name):
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(h16.grad.float(), h32.grad, rtol=5e-2, atol=1e-4)
     torch.testing.assert_close(w16.grad.float(), w32.grad, rtol=5e-2, atol=1e-4)
-
-
-def test_dw_tiles_prototype_matches_the_reference(triton_rows, monkeypatch):
-    """benchmarks/_dw_tiles.py (the `dw_tiles` row of bench_fused_memory.py, measured on GPUs) with its Triton tile
-    kernel and the row kernel's forward: the reference's loss and gradients."""
-    module = dw_tiles_module()
-    assert module._triton_tile_grad() is not None  # the Triton kernels, not the float32 PyTorch fallback
-    check_against_reference(module, monkeypatch, DEVICE)

@@ -11,7 +11,8 @@ exists at a time. On CUDA with 16-bit inputs the fused path's matmuls take 16-bi
   chunk. Gradients are computed in the forward (one logits matmul instead of two): d hidden for a unit upstream
   gradient is exact per row, so the backward only rescales it; d weight sums over rows, so it is rescaled when
   the upstream gradient is the same for every valid row (the usual `sum / num_items` reduction) and recomputed
-  chunk by chunk otherwise.
+  chunk by chunk otherwise. With `DISTMATCH_GRAD_WEIGHT_ACCUM=tiles` the forward keeps no d weight, only each row's
+  gradient coefficients, and the backward forms d weight one vocabulary tile at a time from recomputed logits.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ import torch
 from torch import Tensor
 
 from .registry import resolve
-from .row_backends import RowMath, check_kernel, select_row_math
+from .row_backends import RowMath, check_kernel, check_tile_kernel, select_row_math
 from .rows import chunk_math
-from .spec import BASE_STATS, TokenStats
+from .spec import BASE_STATS, N_COEF, TokenStats
 from .validation import (
     IGNORE_INDEX,
     check_chunk_size,
@@ -41,10 +42,14 @@ from .validation import (
 )
 
 CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
-# The fused path's weight-gradient accumulator: "float32" (default) or "weight" (the weight's own dtype, e.g. bf16:
-# no [V, d] float32 buffer beside the gradient; each chunk's product is added in float32 per vocabulary tile, then
-# rounded once per chunk). Error against float64: docs/losses.md "Weight-gradient accumulator".
+# The fused path's weight gradient: "float32" (default: accumulated chunk by chunk in a float32 buffer), "weight"
+# (accumulated in the weight's own dtype, e.g. bf16: no [V, d] float32 buffer beside the gradient; each chunk's
+# product is added in float32 per vocabulary tile, then rounded once per chunk), or "tiles" (Triton row kernel only:
+# nothing accumulated in the forward; the backward recomputes the logits one [row block, vocabulary tile] at a time
+# and adds each tile's product, rounded once per row block: no pass over the whole gradient per chunk, one more
+# logits product). Error and memory: docs/losses.md "Weight-gradient accumulator" and "Liger's memory at our speed".
 GRAD_WEIGHT_ACCUM_ENV = "DISTMATCH_GRAD_WEIGHT_ACCUM"
+GRAD_WEIGHT_MODES = ("float32", "weight", "tiles")
 GRAD_WEIGHT_VOCAB_TILE = 4096
 # The fused path's chunk of logits: "float32" (default) or "input" (the inputs' own dtype, e.g. bf16: each logit is
 # rounded once from the float32 product, as a bf16 model's full logits and Liger's chunks are; the Triton kernel
@@ -61,6 +66,11 @@ def auto_chunk_size(
 ) -> int:
     """Rows per chunk so that `buffers` [rows, V] temporaries fit the memory budget (env DISTMATCH_CHUNK_MEMORY_MB;
     default 128 MiB, 512 MiB on CUDA)."""
+    bytes_per_row = vocab_size * torch.finfo(dtype).bits // 8 * buffers
+    return max(1, _chunk_budget_bytes(device) // bytes_per_row)
+
+
+def _chunk_budget_bytes(device: torch.device | None) -> int:
     default = (
         DEFAULT_CUDA_CHUNK_MEMORY_MB
         if device is not None and device.type == "cuda"
@@ -69,8 +79,7 @@ def auto_chunk_size(
     budget_mb = float(os.environ.get(CHUNK_MEMORY_ENV, default))
     if budget_mb <= 0:
         raise ValueError(f"{CHUNK_MEMORY_ENV} must be a positive number of MiB, got {budget_mb}.")
-    bytes_per_row = vocab_size * torch.finfo(dtype).bits // 8 * buffers
-    return max(1, int(budget_mb * 2**20 // bytes_per_row))
+    return int(budget_mb * 2**20)
 
 
 @dataclass
@@ -89,6 +98,7 @@ class _Plan:
     matmul_dtype: torch.dtype  # the matmul operands' dtype (float32 results either way)
     # The chunk's logits (and their gradient): the compute dtype, or the inputs' with CHUNK_LOGITS_ENV=input.
     logits_dtype: torch.dtype
+    grad_weight_mode: str  # one of GRAD_WEIGHT_MODES
     # Anchored losses: the reference model's logits (logits path), or its hidden states and head (fused path).
     reference_logits: Tensor | None = None
     reference_hidden: Tensor | None = None
@@ -114,12 +124,24 @@ class _Plan:
         return self.mm(h, w.T).to(self.logits_dtype)
 
     def grad_weight_buffer(self, weight: Tensor) -> Tensor:
-        """A zero accumulator for d weight: compute dtype, or the weight's dtype (GRAD_WEIGHT_ACCUM_ENV=weight)."""
-        mode = os.environ.get(GRAD_WEIGHT_ACCUM_ENV, "float32")
-        if mode not in ("float32", "weight"):
-            raise ValueError(f"{GRAD_WEIGHT_ACCUM_ENV} must be 'float32' or 'weight', got {mode!r}.")
-        dtype = weight.dtype if mode == "weight" and weight.is_floating_point() else self.cdtype
+        """A zero accumulator for d weight: compute dtype, or the weight's dtype (GRAD_WEIGHT_ACCUM_ENV=weight or
+        tiles)."""
+        dtype = weight.dtype if self.grad_weight_mode != "float32" else self.cdtype
         return torch.zeros(weight.shape, dtype=dtype, device=weight.device)
+
+    def tile_shape(self, n_rows: int, width: int, vocab: int, device: torch.device) -> tuple[int, int]:
+        """(rows per block, vocabulary columns per tile) of the `tiles` backward within the chunk budget: a block
+        holds its rows of h (EMO: and of the cost embedding), half the budget at most, and a [rows, tile] logits
+        block (EMO: and its float32 similarity; a float32 block its 16-bit copy for the products)."""
+        budget = _chunk_budget_bytes(device)
+        per_row = width * self.matmul_dtype.itemsize * (2 if self.cost_embedding is not None else 1)
+        rows = max(1, min(n_rows, budget // 2 // per_row))
+        per_cell = self.logits_dtype.itemsize + (
+            self.cdtype.itemsize if self.cost_embedding is not None else 0
+        )
+        per_cell += self.matmul_dtype.itemsize if self.matmul_dtype != self.logits_dtype else 0
+        tile = max(1, (budget - rows * per_row) // (rows * per_cell))
+        return rows, min(vocab, tile // 128 * 128 if tile >= 128 else tile)
 
     def add_grad_weight(self, grad_weight: Tensor, grad: Tensor, h: Tensor) -> None:
         """grad_weight += grad^T h: in place for a compute-dtype accumulator; for a lower-precision one, in place
@@ -180,6 +202,7 @@ def _plan(
     matmul_dtype: torch.dtype | None = None,
     reference: dict[str, Tensor | None] | None = None,
     input_dtype_logits: bool = False,
+    fused: bool = False,
 ) -> _Plan:
     spec, resolved = resolve(name, params)
     reference = check_reference(name, spec.needs_reference, reference or {}, inputs, vocab_size)
@@ -195,6 +218,12 @@ def _plan(
             )
         logits_dtype = inputs.dtype
         check_kernel(row_math, inputs.device, logits_dtype)
+    grad_weight_mode = _grad_weight_mode() if fused else "float32"  # the logits path has no d weight
+    if grad_weight_mode == "tiles" and row_math is chunk_math:
+        raise ValueError(
+            f"{GRAD_WEIGHT_ACCUM_ENV}=tiles needs the Triton row kernel ({name!r} on {inputs.device.type} runs the "
+            "PyTorch closed forms); unset it or set it to 'float32' or 'weight'."
+        )
     cost_embedding = cost_inv_norm = None
     if spec.needs_cost_embedding:
         raw = checked_cost_embedding(resolved.pop("cost_embedding"), vocab_size, inputs.device)
@@ -221,6 +250,7 @@ def _plan(
         row_math,
         matmul_dtype or cdtype,
         logits_dtype,
+        grad_weight_mode,
         reference_logits=reference.get("reference_logits"),
         reference_hidden=reference.get("reference_hidden"),
         reference_weight=None if ref_weight is None else ref_weight.to(matmul_dtype or cdtype),
@@ -237,6 +267,15 @@ def _matmul_dtype(hidden: Tensor) -> torch.dtype | None:
     if mixed_mm and hidden.is_cuda and hidden.dtype in (torch.float16, torch.bfloat16):
         return hidden.dtype
     return None
+
+
+def _grad_weight_mode() -> str:
+    mode = os.environ.get(GRAD_WEIGHT_ACCUM_ENV, "float32")
+    if mode not in GRAD_WEIGHT_MODES:
+        raise ValueError(
+            f"{GRAD_WEIGHT_ACCUM_ENV} must be {', '.join(repr(m) for m in GRAD_WEIGHT_MODES)}, got {mode!r}."
+        )
+    return mode
 
 
 def _chunk_logits_mode() -> str:
@@ -327,10 +366,18 @@ class _FusedLinear(torch.autograd.Function):
                 if full_hidden_grad
                 else hidden.new_empty((valid.numel(), hidden.shape[1]), dtype=plan.cdtype)
             )
-        grad_weight_unit = plan.grad_weight_buffer(weight) if need_weight else None
+        # `tiles`: no d weight here; each row's gradient coefficients, for the backward's tiles.
+        tiles = need_weight and plan.grad_weight_mode == "tiles"
+        coefficients = hidden.new_empty((valid.numel(), N_COEF), dtype=torch.float32) if tiles else None
+        grad_weight_unit = plan.grad_weight_buffer(weight) if need_weight and not tiles else None
         for start, rows in plan.chunks(valid):
             y = labels[rows]
             h = plan.operand(hidden[rows])
+            coef = (
+                {}
+                if coefficients is None
+                else {"grad_coefficients": coefficients[start : start + rows.numel()]}
+            )
             result = plan.row_math(
                 plan.name,
                 plan.params,
@@ -340,6 +387,7 @@ class _FusedLinear(torch.autograd.Function):
                 want_grad=need_hidden or need_weight,
                 want_stats=plan.want_stats,
                 **plan.reference(rows),
+                **coef,
             )
             loss[rows] = result.loss
             plan.store_stats(rows, result)
@@ -358,6 +406,7 @@ class _FusedLinear(torch.autograd.Function):
         ctx.grad_hidden_unit = grad_hidden_unit
         ctx.full_hidden_grad = full_hidden_grad
         ctx.grad_weight_unit = grad_weight_unit
+        ctx.coefficients = coefficients
         return loss
 
     @staticmethod
@@ -386,6 +435,8 @@ class _FusedLinear(torch.autograd.Function):
                 grad_hidden = torch.zeros_like(hidden)
                 grad_hidden[valid] = (unit * upstream.unsqueeze(1)).to(hidden.dtype)
 
+        if need_weight and ctx.coefficients is not None:  # kept: a second backward forms d weight again
+            grad_weight = _tile_grad_weight(hidden, weight, labels, valid, upstream, ctx.coefficients, plan)
         unit = ctx.grad_weight_unit
         if need_weight and unit is not None and uniform:
             # Rescale in place; the buffer is consumed (a second backward recomputes below). By a Python float: a
@@ -433,6 +484,44 @@ def _recompute_grads(
             plan.add_grad_weight(grad_weight, grad, h)
         grad = None
     return grad_hidden, grad_weight
+
+
+def _tile_grad_weight(
+    hidden: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    valid: Tensor,
+    upstream: Tensor,
+    coefficients: Tensor,
+    plan: _Plan,
+) -> Tensor:
+    """d weight = sum_i g_i G_i^T h_i by [row block, vocabulary tile]: each tile's logits (EMO: similarities)
+    recomputed, its gradient written over them from the forward's per-row coefficients, times the upstream
+    gradient g, then added to the tile of d weight (float32 products, rounded once per row block)."""
+    from .triton_rows import triton_tile_gradient
+
+    check_tile_kernel(weight.device, plan.logits_dtype)
+    w = plan.operand(weight)
+    grad_weight = plan.grad_weight_buffer(weight)
+    block, tile = plan.tile_shape(valid.numel(), weight.shape[1], weight.shape[0], weight.device)
+    for start in range(0, valid.numel(), block):
+        rows = valid[start : start + block]
+        y, end = labels[rows], start + rows.numel()
+        h = plan.operand(hidden[rows])
+        coef, scale = coefficients[start:end], upstream[start:end].contiguous()
+        cost_rows = None if plan.cost_embedding is None else plan.cost_embedding[y]
+        for v0 in range(0, weight.shape[0], tile):
+            v1 = min(weight.shape[0], v0 + tile)
+            sim = {}
+            if cost_rows is not None and plan.cost_embedding is not None and plan.cost_inv_norm is not None:
+                sim = {"similarity": plan.mm(cost_rows, plan.cost_embedding[v0:v1].T),
+                       "similarity_scales": (plan.cost_inv_norm[y], plan.cost_inv_norm[v0:v1])}  # fmt: skip
+            grad = triton_tile_gradient(
+                plan.name, plan.params, plan.logits(h, w[v0:v1]), y, coef, scale, v0, **sim
+            )
+            plan.add_grad_weight(grad_weight[v0:v1], plan.operand(grad), h)
+            grad = sim = None
+    return grad_weight
 
 
 def _finish(loss: Tensor, plan: _Plan, return_stats: bool) -> Tensor | tuple[Tensor, TokenStats]:
@@ -501,7 +590,7 @@ def fused_token_loss(
     reference = {"reference_hidden": reference_hidden, "reference_weight": reference_weight}
     plan = _plan(
         name, params, weight.shape[0], hidden, chunk_size, return_stats, _matmul_dtype(hidden), reference,
-        input_dtype_logits=_chunk_logits_mode() == "input",
+        input_dtype_logits=_chunk_logits_mode() == "input", fused=True,
     )  # fmt: skip
     loss = _FusedLinear.apply(hidden, weight, labels.long(), plan)
     return _finish(loss, plan, return_stats)

@@ -21,13 +21,22 @@ from distmatch.optional import is_available, require
 
 from .registry import LOSSES, TRITON_LOSSES
 from .rows import ChunkResult, chunk_math
+from .spec import N_COEF
 
 KERNELS_ENV = "DISTMATCH_KERNELS"
 KERNEL_CHOICES = ("auto", "torch", "triton")
 
 RowMath = Callable[..., ChunkResult]
 
-__all__ = ["KERNELS_ENV", "KERNEL_CHOICES", "TRITON_LOSSES", "RowMath", "check_kernel", "select_row_math"]
+__all__ = [
+    "KERNELS_ENV",
+    "KERNEL_CHOICES",
+    "TRITON_LOSSES",
+    "RowMath",
+    "check_kernel",
+    "check_tile_kernel",
+    "select_row_math",
+]
 
 #: (loss, params) the first-use self-check runs; one per code path of the kernel.
 SELF_CHECK_CASES: tuple[tuple[str, dict], ...] = (
@@ -41,6 +50,7 @@ SELF_CHECK_CASES: tuple[tuple[str, dict], ...] = (
 _CHECKED: set[tuple[str, torch.dtype]] = (
     set()
 )  # (device type, dtype) the kernel was checked on in this process
+_TILE_CHECKED: set[tuple[str, torch.dtype]] = set()  # ... and its gradient pass over tiles
 
 
 class KernelSelfCheckError(RuntimeError):
@@ -101,6 +111,49 @@ def check_kernel(row_math: RowMath, device: torch.device, dtype: torch.dtype) ->
                         "and please report your GPU, driver and Triton version."
                     )
     _CHECKED.add(key)
+
+
+def check_tile_kernel(device: torch.device, dtype: torch.dtype) -> None:
+    """Once per process and (device type, dtype), before the first `DISTMATCH_GRAD_WEIGHT_ACCUM=tiles` backward: the
+    kernel's gradient pass alone over vocabulary tiles, from the coefficients its full pass stored, times a per-row
+    scale, against that full pass's gradient (itself checked by `check_kernel`). A mismatch stops with
+    `KernelSelfCheckError`."""
+    key = (device.type, dtype)
+    if key in _TILE_CHECKED:
+        return
+    from .triton_rows import triton_chunk_math, triton_tile_gradient
+
+    z, y, raw, scales = _self_check_problem(device=device, dtype=dtype)
+    n, vocab = z.shape
+    scale = torch.linspace(0.5, 1.5, n, device=device)
+    tol = torch.finfo(dtype).eps if dtype.itemsize < 4 else 1e-5
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        for name, params in SELF_CHECK_CASES:
+            cost = LOSSES[name].needs_cost_embedding
+            coef = torch.empty(n, N_COEF, device=device, dtype=torch.float32)
+            full = triton_chunk_math(name, params, z.clone(), y, raw.clone() if cost else None, want_grad=True,
+                                     want_stats=False, similarity_scales=scales if cost else None,
+                                     grad_coefficients=coef).grad  # fmt: skip
+            assert full is not None
+            want = full.float() * scale.unsqueeze(1)
+            for v0 in range(0, vocab, 16):  # three tiles of the 37 columns
+                v1 = min(vocab, v0 + 16)
+                sim = {
+                    "similarity": raw[:, v0:v1].contiguous(),
+                    "similarity_scales": (scales[0], scales[1][v0:v1]),
+                }
+                got = triton_tile_gradient(
+                    name, params, z[:, v0:v1].clone(), y, coef, scale, v0, **(sim if cost else {})
+                )
+                if not torch.allclose(got.float(), want[:, v0:v1], rtol=tol, atol=tol / 10):
+                    raise KernelSelfCheckError(
+                        f"The Triton loss kernel's gradient over a vocabulary tile is wrong on this {device.type} "
+                        f"device for {dtype} ({name} {params}, columns {v0}-{v1}: max |diff| "
+                        f"{float((got.float() - want[:, v0:v1]).abs().max()):.3g} vs its full pass), so "
+                        "DISTMATCH_GRAD_WEIGHT_ACCUM=tiles cannot be used here. Set it to 'float32' or 'weight', "
+                        "and please report your GPU, driver and Triton version."
+                    )
+    _TILE_CHECKED.add(key)
 
 
 def _triton_row_math() -> RowMath:

@@ -79,6 +79,12 @@ class TokenStats:
 BASE_STATS = ("ce", "entropy", "top1_correct")
 
 
+#: The per-row coefficients of a row's logit gradient the Triton kernel stores for a later gradient-only pass over
+#: a vocabulary tile (`triton_rows.triton_tile_gradient`, DISTMATCH_GRAD_WEIGHT_ACCUM=tiles): lse, a, b, s_mean (CE,
+#: EMO), mb, sum_q, R (GEM) and z_y.
+N_COEF = 8
+
+
 @dataclass
 class ChunkResult:
     """What a closed form returns for one chunk of n rows."""

@@ -14,6 +14,10 @@ Two passes over the row, tile by tile (BLOCK columns, everything in fp32):
 2. the gradient, written over the logits; the -1_y term is applied inside its tile (no store-then-load of the
    same address across threads), in fp32 before anything is rounded.
 
+For `DISTMATCH_GRAD_WEIGHT_ACCUM=tiles` (chunked.py) pass 1 also stores each row's N_COEF gradient coefficients
+(COEF_OUT), and a later call runs pass 2 alone over a tile of vocabulary columns from them, times a per-row scale
+(GRAD_ONLY, `triton_tile_gradient`): the same gradient, column by column, without the row's other columns.
+
 Notation as in `rows.py`: p = softmax(z), q = softmax(z / beta), s_j = cos(e_y, e_j), l = -log p_y.
 """
 
@@ -28,7 +32,7 @@ from torch import Tensor
 
 from .objectives.emo import EMO_EPS, target_coefficient
 from .registry import LOSSES, TRITON_LOSSES
-from .spec import ChunkResult
+from .spec import N_COEF, ChunkResult
 
 #: The kernel's `LOSS` codes. The specs with `triton=True` are exactly these (checked below).
 _LOSS_CODE = {"ce": 0, "gem_linear": 1, "gem_ls": 2, "emo": 3}
@@ -37,6 +41,9 @@ if set(_LOSS_CODE) != set(TRITON_LOSSES):  # pragma: no cover - a spec claims a 
 CHUNK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_BLOCK = 8192  # columns per tile; a row of V = 128256 takes 16 tiles per pass
 EMO_EPS_ = tl.constexpr(EMO_EPS)
+N_COEF_ = tl.constexpr(
+    N_COEF
+)  # the row's gradient coefficients a COEF_OUT call stores, a GRAD_ONLY call reads
 
 
 @triton.jit
@@ -59,7 +66,10 @@ def _distmatch_row_kernel(
     entropy_ptr,
     top1_ptr,
     demd_ptr,
-    vocab,
+    coef_ptr,  # [n, N_COEF] float32: pass 1's per-row coefficients of the gradient (COEF_OUT writes, GRAD_ONLY reads)
+    grad_scale_ptr,  # GRAD_ONLY: [n] float32, each row's gradient times this (the upstream gradient)
+    vocab,  # columns of z (and of sim) in this call: the vocabulary, or a tile of it (GRAD_ONLY)
+    col0,  # GRAD_ONLY: the vocabulary index of z's first column
     z_stride,
     sim_stride,
     inv_beta,
@@ -69,13 +79,15 @@ def _distmatch_row_kernel(
     EMO1: tl.constexpr,  # EMO weighting: True emo1, False emo2
     WANT_GRAD: tl.constexpr,
     WANT_STATS: tl.constexpr,
+    COEF_OUT: tl.constexpr,  # store the row's gradient coefficients (for a later GRAD_ONLY call)
+    GRAD_ONLY: tl.constexpr,  # no pass 1: the coefficients come from coef_ptr, pass 2 runs over a column tile
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     z_row = z_ptr + row * z_stride
     sim_row = sim_ptr + row * sim_stride
+    coef_row = coef_ptr + row * N_COEF_
     y = tl.load(y_ptr + row).to(tl.int32)
-    z_y = tl.load(z_row + y).to(tl.float32)
     row_scale = 1.0
     if LOSS == 3:
         row_scale = tl.load(sim_row_scale_ptr + row)
@@ -84,86 +96,110 @@ def _distmatch_row_kernel(
     NEEDS_P: tl.constexpr = (LOSS == 0) or (LOSS == 3) or WANT_STATS
     IS_GEM: tl.constexpr = (LOSS == 1) or (LOSS == 2)
 
-    # ---- pass 1: statistics ------------------------------------------------------------------------------------
-    m = float("-inf")  # softmax(z): running max, sum exp, sum exp * z, sum exp * s
-    sum_e = 0.0
-    sum_ez = 0.0
-    sum_es = 0.0
-    best = float("-inf")  # argmax
-    best_idx = 0
-    mb = float("-inf")  # softmax(z / beta): running max, sum exp, its sums times d = z - z_y, w and w * d
-    sum_q = 0.0
-    sum_qd = 0.0
-    sum_qw = 0.0
-    sum_qwd = 0.0
-    for start in range(0, vocab, BLOCK):
-        cols = start + cols0
-        mask = cols < vocab
-        z = tl.load(z_row + cols, mask=mask, other=0.0).to(tl.float32)
-        if NEEDS_P:
-            m, sum_e, e, rescale = _online_add(m, sum_e, z, mask)
-            sum_ez = sum_ez * rescale + tl.sum(e * z, axis=0)
-            if LOSS == 3:
-                s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32) * row_scale
-                s = s * tl.load(sim_col_scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-                sum_es = sum_es * rescale + tl.sum(e * s, axis=0)
-        if WANT_STATS:
-            tile_max = tl.max(tl.where(mask, z, float("-inf")), axis=0)
-            tile_arg = tl.argmax(tl.where(mask, z, float("-inf")), axis=0).to(tl.int32)
-            better = tile_max > best
-            best_idx = tl.where(better, start + tile_arg, best_idx)
-            best = tl.maximum(best, tile_max)
-        if IS_GEM:
-            mb, sum_q, eq, rescale_q = _online_add(mb, sum_q, z * inv_beta, mask)
-            # z - z_y, not z: E_q[z] - z_y cancels in float32 when q peaks at the target (failed on an H200 at |z| ~ 1e4)
-            d = tl.where(mask, z - z_y, 0.0)
-            sum_qd = sum_qd * rescale_q + tl.sum(eq * d, axis=0)
-            if LOSS == 2:
-                w = tl.sigmoid(0.01 * d)
-                sum_qw = sum_qw * rescale_q + tl.sum(eq * w, axis=0)
-                sum_qwd = sum_qwd * rescale_q + tl.sum(eq * w * d, axis=0)
-
+    # The coefficients pass 2 needs: p = exp(z - lse) and g = a (p - 1_y) + b p (s_mean - s) (CE, EMO); q =
+    # exp(z / beta - mb) / sum_q, r = q w(z - z_y) and g = r - R 1_y (GEM).
     lse = 0.0
-    ce = 0.0
-    if NEEDS_P:
-        lse = m + tl.log(sum_e)
-        ce = lse - z_y
     ce_weight = 1.0  # the "a" of a (p - 1_y); EMO changes it
     demd_weight = 0.0  # the "b" of b p (s_mean - s)
     s_mean = 0.0
-    if LOSS == 3:
-        s_mean = sum_es / sum_e
+    mb = float("-inf")  # softmax(z / beta): running max, sum exp, its sums times d = z - z_y, w and w * d
+    sum_q = 0.0
     total_r = 1.0  # GEM-LS: R = sum_i r_i, subtracted at the target
-    if LOSS == 0:
-        loss = ce
-    elif LOSS == 1:
-        loss = sum_qd / sum_q  # E_q[z - z_y]
-    elif LOSS == 2:
-        total_r = sum_qw / sum_q
-        loss = sum_qwd / sum_q  # E_q[w (z - z_y)]
+    if GRAD_ONLY:
+        lse = tl.load(coef_row + 0)
+        ce_weight = tl.load(coef_row + 1)
+        demd_weight = tl.load(coef_row + 2)
+        s_mean = tl.load(coef_row + 3)
+        mb = tl.load(coef_row + 4)
+        sum_q = tl.load(coef_row + 5)
+        total_r = tl.load(coef_row + 6)
+        z_y = tl.load(coef_row + 7)
     else:
-        demd = 1.0 - s_mean
-        p_y = tl.exp(z_y - lse)
-        s_y = tl.load(sim_row + y).to(tl.float32) * row_scale * tl.load(sim_col_scale_ptr + y)
-        # target_coef 1: the official `gt_q` trick, the target's own mass left out of the value, not of the
-        # gradient; 0: e = DEMD.
-        e_val = tl.maximum(demd + target_coef * (p_y * s_y), 0.0)
-        if EMO1:
-            ratio = tl.minimum(ce / (e_val + EMO_EPS_), ratio_max)
-            loss = 0.5 * (ce + ratio * e_val)
-            ce_weight = 0.5
-            demd_weight = 0.5 * ratio
+        z_y = tl.load(z_row + y).to(tl.float32)
+
+    # ---- pass 1: statistics (not in GRAD_ONLY calls) ---------------------------------------------------------
+    if not GRAD_ONLY:
+        m = float("-inf")  # softmax(z): running max, sum exp, sum exp * z, sum exp * s
+        sum_e = 0.0
+        sum_ez = 0.0
+        sum_es = 0.0
+        best = float("-inf")  # argmax
+        best_idx = 0
+        sum_qd = 0.0
+        sum_qw = 0.0
+        sum_qwd = 0.0
+        for start in range(0, vocab, BLOCK):
+            cols = start + cols0
+            mask = cols < vocab
+            z = tl.load(z_row + cols, mask=mask, other=0.0).to(tl.float32)
+            if NEEDS_P:
+                m, sum_e, e, rescale = _online_add(m, sum_e, z, mask)
+                sum_ez = sum_ez * rescale + tl.sum(e * z, axis=0)
+                if LOSS == 3:
+                    s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32) * row_scale
+                    s = s * tl.load(sim_col_scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+                    sum_es = sum_es * rescale + tl.sum(e * s, axis=0)
+            if WANT_STATS:
+                tile_max = tl.max(tl.where(mask, z, float("-inf")), axis=0)
+                tile_arg = tl.argmax(tl.where(mask, z, float("-inf")), axis=0).to(tl.int32)
+                better = tile_max > best
+                best_idx = tl.where(better, start + tile_arg, best_idx)
+                best = tl.maximum(best, tile_max)
+            if IS_GEM:
+                mb, sum_q, eq, rescale_q = _online_add(mb, sum_q, z * inv_beta, mask)
+                # z - z_y, not z: E_q[z] - z_y cancels in float32 when q peaks at the target (failed on an H200 at |z| ~ 1e4)
+                d = tl.where(mask, z - z_y, 0.0)
+                sum_qd = sum_qd * rescale_q + tl.sum(eq * d, axis=0)
+                if LOSS == 2:
+                    w = tl.sigmoid(0.01 * d)
+                    sum_qw = sum_qw * rescale_q + tl.sum(eq * w, axis=0)
+                    sum_qwd = sum_qwd * rescale_q + tl.sum(eq * w * d, axis=0)
+
+        ce = 0.0
+        if NEEDS_P:
+            lse = m + tl.log(sum_e)
+            ce = lse - z_y
+        if LOSS == 3:
+            s_mean = sum_es / sum_e
+        if LOSS == 0:
+            loss = ce
+        elif LOSS == 1:
+            loss = sum_qd / sum_q  # E_q[z - z_y]
+        elif LOSS == 2:
+            total_r = sum_qw / sum_q
+            loss = sum_qwd / sum_q  # E_q[w (z - z_y)]
         else:
-            ce_weight = e_val / (ce + EMO_EPS_)
-            loss = ce_weight * ce + e_val
-            demd_weight = 1.0
+            demd = 1.0 - s_mean
+            p_y = tl.exp(z_y - lse)
+            s_y = tl.load(sim_row + y).to(tl.float32) * row_scale * tl.load(sim_col_scale_ptr + y)
+            # target_coef 1: the official `gt_q` trick, the target's own mass left out of the value, not of the
+            # gradient; 0: e = DEMD.
+            e_val = tl.maximum(demd + target_coef * (p_y * s_y), 0.0)
+            if EMO1:
+                ratio = tl.minimum(ce / (e_val + EMO_EPS_), ratio_max)
+                loss = 0.5 * (ce + ratio * e_val)
+                ce_weight = 0.5
+                demd_weight = 0.5 * ratio
+            else:
+                ce_weight = e_val / (ce + EMO_EPS_)
+                loss = ce_weight * ce + e_val
+                demd_weight = 1.0
+            if WANT_STATS:
+                tl.store(demd_ptr + row, demd)
+        tl.store(loss_ptr + row, loss)
         if WANT_STATS:
-            tl.store(demd_ptr + row, demd)
-    tl.store(loss_ptr + row, loss)
-    if WANT_STATS:
-        tl.store(ce_ptr + row, ce)
-        tl.store(entropy_ptr + row, lse - sum_ez / sum_e)
-        tl.store(top1_ptr + row, (best_idx == y).to(tl.float32))
+            tl.store(ce_ptr + row, ce)
+            tl.store(entropy_ptr + row, lse - sum_ez / sum_e)
+            tl.store(top1_ptr + row, (best_idx == y).to(tl.float32))
+        if COEF_OUT:
+            tl.store(coef_row + 0, lse)
+            tl.store(coef_row + 1, ce_weight)
+            tl.store(coef_row + 2, demd_weight)
+            tl.store(coef_row + 3, s_mean)
+            tl.store(coef_row + 4, mb)
+            tl.store(coef_row + 5, sum_q)
+            tl.store(coef_row + 6, total_r)
+            tl.store(coef_row + 7, z_y)
 
     # ---- pass 2: dL/dz over the logits -------------------------------------------------------------------------
     if WANT_GRAD:
@@ -171,7 +207,7 @@ def _distmatch_row_kernel(
             cols = start + cols0
             mask = cols < vocab
             z = tl.load(z_row + cols, mask=mask, other=0.0).to(tl.float32)
-            at_target = cols == y
+            at_target = cols + col0 == y
             if IS_GEM:
                 g = tl.exp(z * inv_beta - mb) / sum_q  # q
                 if LOSS == 2:
@@ -184,6 +220,8 @@ def _distmatch_row_kernel(
                     s = tl.load(sim_row + cols, mask=mask, other=0.0).to(tl.float32) * row_scale
                     s = s * tl.load(sim_col_scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)
                     g += demd_weight * p * (s_mean - s)  # b * dDEMD/dz, dDEMD/dz = p (c - DEMD)
+            if GRAD_ONLY:
+                g = g * tl.load(grad_scale_ptr + row)
             tl.store(z_row + cols, g, mask=mask)
 
 
@@ -197,6 +235,75 @@ def launch_config(vocab: int) -> tuple[int, int]:
     return block, 16 if block >= 8192 else 8 if block >= 2048 else 4
 
 
+def _launch(
+    name: str,
+    params: dict[str, Any],
+    z: Tensor,
+    y: Tensor,
+    similarity: Tensor | None,
+    similarity_scales: tuple[Tensor, Tensor] | None,
+    *,
+    loss: Tensor,
+    stats: dict[str, Tensor],
+    want_grad: bool,
+    coef: Tensor | None,
+    coef_out: bool,
+    grad_scale: Tensor | None,
+    col0: int,
+) -> None:
+    n, vocab = z.shape
+    if LOSSES[name].needs_cost_embedding:
+        assert similarity is not None and similarity.shape == z.shape and similarity.stride(1) == 1
+        if similarity_scales is None:
+            row_scale, col_scale = z.new_ones(n, dtype=torch.float32), z.new_ones(vocab, dtype=torch.float32)
+        else:
+            row_scale, col_scale = similarity_scales
+            assert row_scale.shape == (n,) and col_scale.shape == (vocab,)
+        sim = similarity
+    else:
+        sim = row_scale = col_scale = z  # never read
+    if not n:
+        return
+    block, num_warps = launch_config(vocab)
+    _distmatch_row_kernel[(n,)](
+        z,
+        sim,
+        row_scale,
+        col_scale,
+        y,
+        loss,
+        stats.get("ce", loss),
+        stats.get("entropy", loss),
+        stats.get("top1_correct", loss),
+        stats.get("demd", loss),
+        loss if coef is None else coef,
+        loss if grad_scale is None else grad_scale,
+        vocab,
+        col0,
+        z.stride(0),
+        sim.stride(0),
+        1.0 / params["beta"] if "beta" in params else 1.0,
+        float("inf") if params.get("ratio_clamp") is None else float(params["ratio_clamp"]),
+        target_coefficient(params),
+        LOSS=_LOSS_CODE[name],
+        EMO1=params.get("weighting", "emo1") == "emo1",
+        WANT_GRAD=want_grad,
+        WANT_STATS=bool(stats),
+        COEF_OUT=coef_out,
+        GRAD_ONLY=grad_scale is not None,
+        BLOCK=block,
+        num_warps=num_warps,
+    )
+
+
+def _check_chunk(name: str, z: Tensor) -> Tensor:
+    if name not in _LOSS_CODE:
+        raise ValueError(f"the Triton kernels implement {TRITON_LOSSES}, not {name!r}")
+    if z.dtype not in CHUNK_DTYPES:
+        raise ValueError(f"the Triton kernels take float32, bfloat16 or float16 logits chunks, got {z.dtype}")
+    return z if z.stride(1) == 1 else z.contiguous()
+
+
 def triton_chunk_math(
     name: str,
     params: dict[str, Any],
@@ -207,61 +314,54 @@ def triton_chunk_math(
     want_grad: bool,
     want_stats: bool,
     similarity_scales: tuple[Tensor, Tensor] | None = None,
+    grad_coefficients: Tensor | None = None,
 ) -> ChunkResult:
     """`rows.chunk_math` for the losses in `TRITON_LOSSES`, on a chunk of float32 logits, or 16-bit ones (read in
     float32; the gradient written over them is rounded once). z is overwritten by the gradient; loss and statistics
     are float32. `similarity_scales` (row [n], column [V], float32): the kernel uses similarity * row x column (the
-    cosine from raw dot products, without two scaling passes over the [n, V] rows)."""
-    if name not in _LOSS_CODE:
-        raise ValueError(f"the Triton kernels implement {TRITON_LOSSES}, not {name!r}")
-    if z.dtype not in CHUNK_DTYPES:
-        raise ValueError(f"the Triton kernels take float32, bfloat16 or float16 logits chunks, got {z.dtype}")
-    n, vocab = z.shape
-    z = z if z.stride(1) == 1 else z.contiguous()
+    cosine from raw dot products, without two scaling passes over the [n, V] rows). `grad_coefficients` ([n,
+    N_COEF] float32): filled with each row's gradient coefficients, for `triton_tile_gradient` later."""
+    z = _check_chunk(name, z)
+    n = z.shape[0]
     loss = z.new_empty(n, dtype=torch.float32)
     stats = (
         {k: z.new_empty(n, dtype=torch.float32) for k in ("ce", "entropy", "top1_correct")}
         if want_stats
         else {}
     )
-    spec = LOSSES[name]
-    for key in spec.stats if want_stats else ():
+    for key in LOSSES[name].stats if want_stats else ():
         stats[key] = z.new_empty(n, dtype=torch.float32)
-    if spec.needs_cost_embedding:
-        assert similarity is not None and similarity.shape == z.shape
-        sim = similarity if similarity.stride(1) == 1 else similarity.contiguous()
-        if similarity_scales is None:
-            row_scale, col_scale = z.new_ones(n, dtype=torch.float32), z.new_ones(vocab, dtype=torch.float32)
-        else:
-            row_scale, col_scale = similarity_scales
-            assert row_scale.shape == (n,) and col_scale.shape == (vocab,)
-    else:
-        sim = row_scale = col_scale = z  # never read
-    if n:
-        dummy = loss
-        block, num_warps = launch_config(vocab)
-        _distmatch_row_kernel[(n,)](
-            z,
-            sim,
-            row_scale,
-            col_scale,
-            y,
-            loss,
-            stats.get("ce", dummy),
-            stats.get("entropy", dummy),
-            stats.get("top1_correct", dummy),
-            stats.get("demd", dummy),
-            vocab,
-            z.stride(0),
-            sim.stride(0),
-            1.0 / params["beta"] if "beta" in params else 1.0,
-            float("inf") if params.get("ratio_clamp") is None else float(params["ratio_clamp"]),
-            target_coefficient(params),
-            LOSS=_LOSS_CODE[name],
-            EMO1=params.get("weighting", "emo1") == "emo1",
-            WANT_GRAD=want_grad,
-            WANT_STATS=want_stats,
-            BLOCK=block,
-            num_warps=num_warps,
-        )
+    if grad_coefficients is not None:
+        assert grad_coefficients.shape == (n, N_COEF) and grad_coefficients.dtype == torch.float32
+        assert grad_coefficients.is_contiguous()
+    sim = None if similarity is None else similarity if similarity.stride(1) == 1 else similarity.contiguous()
+    _launch(name, params, z, y, sim, similarity_scales, loss=loss, stats=stats, want_grad=want_grad,
+            coef=grad_coefficients, coef_out=grad_coefficients is not None, grad_scale=None, col0=0)  # fmt: skip
     return ChunkResult(loss, z if want_grad else None, **stats)
+
+
+def triton_tile_gradient(
+    name: str,
+    params: dict[str, Any],
+    z: Tensor,
+    y: Tensor,
+    grad_coefficients: Tensor,
+    grad_scale: Tensor,
+    col0: int,
+    similarity: Tensor | None = None,
+    similarity_scales: tuple[Tensor, Tensor] | None = None,
+) -> Tensor:
+    """The gradient of rows' losses w.r.t. a tile of their logits, `z` [n, tile] holding vocabulary columns col0 ..
+    col0 + tile, written over z and times each row's `grad_scale`; from the coefficients an earlier
+    `triton_chunk_math(..., grad_coefficients=)` call stored for the same rows (pass 2 alone, no statistics). EMO:
+    `similarity` is the tile's [n, tile] raw dot products, `similarity_scales` the rows' and the tile's columns'."""
+    z = _check_chunk(name, z)
+    n = z.shape[0]
+    assert grad_coefficients.shape == (n, N_COEF) and grad_coefficients.is_contiguous()
+    assert grad_scale.shape == (n,) and grad_scale.dtype == torch.float32
+    loss = z.new_empty(0, dtype=torch.float32)  # never written
+    if similarity is not None and similarity.stride(1) != 1:
+        similarity = similarity.contiguous()
+    _launch(name, params, z, y, similarity, similarity_scales, loss=loss, stats={}, want_grad=True,
+            coef=grad_coefficients, coef_out=False, grad_scale=grad_scale, col0=col0)  # fmt: skip
+    return z
