@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.env import REPO_ROOT
+from tests.helpers.modules import load_module
 from tests.helpers.tiny_model import build_tiny_llama
 
 pytestmark = pytest.mark.slow
@@ -81,6 +82,24 @@ def test_fused_memory_settings_benchmark_harness(tmp_path):
         # The float32 accumulator is bf16's rounding of the exact gradient (~1.7e-3 relative); the bf16 one more.
         assert 1e-3 < default["weight_err"] < 2e-3 and 1.2 * default["weight_err"] < low["weight_err"] < 1e-2
         assert default["hidden_err"] == low["hidden_err"] < 2e-3 and default["loss_err"] < 1e-6
+
+
+def test_fused_memory_tiles_settings_run_the_tiles_mode(monkeypatch):
+    """bench_fused_memory.py's `tiles` rows (measured on GPUs; the Triton kernel only) set what their names and
+    docs/losses.md say: d weight by vocabulary tile, with float32 or input-dtype chunks, the default or a 64 MiB
+    budget."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))  # its sibling modules, as when run as a script
+    bench = load_module("bench_fused_memory", REPO_ROOT / "benchmarks" / "bench_fused_memory.py")
+    for env in ("DISTMATCH_CHUNK_LOGITS", "DISTMATCH_GRAD_WEIGHT_ACCUM", "DISTMATCH_CHUNK_MEMORY_MB"):
+        monkeypatch.setenv(env, "unset by the test")
+    expected = {"tiles": ("float32", None), "tiles-input-64": ("input", "64")}
+    for setting, (logits, budget) in expected.items():
+        bench._apply(setting)
+        assert os.environ["DISTMATCH_GRAD_WEIGHT_ACCUM"] == "tiles"
+        assert os.environ["DISTMATCH_CHUNK_LOGITS"] == logits
+        assert os.environ.get("DISTMATCH_CHUNK_MEMORY_MB") == budget
+    docs = (REPO_ROOT / "docs" / "losses.md").read_text()
+    assert all(f"`{setting}`" in docs for setting in expected)
 
 
 def test_anchored_loss_benchmark_harness(tmp_path):

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
 from trl_ext.losses import row_backends as kernels_module
 from trl_ext.losses.row_backends import KERNELS_ENV, TRITON_LOSSES, select_row_math
 from trl_ext.losses.rows import chunk_math
+from trl_ext.losses.spec import N_COEF
 
 ON_CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
@@ -241,16 +243,50 @@ def test_tiles_weight_gradient_equals_the_reference(triton_rows, monkeypatch, na
         torch.testing.assert_close(g2, g)
 
 
-@pytest.mark.parametrize("fault", [None, "column_offset", "scale_ignored"])
+@pytest.mark.parametrize("name", ["ce", "emo"])
+def test_tiles_keep_no_weight_gradient_in_the_forward_and_one_tile_at_a_time(triton_rows, monkeypatch, name):
+    """The memory `tiles` saves, counted on a CPU: the forward holds no d-weight buffer, only [valid rows, N_COEF]
+    float32 coefficients, and the backward's tiles (logits, EMO's similarities) are released before the next
+    tile's gradient pass (two alive at once would double the block's memory)."""
+    monkeypatch.setenv(chunked_module.GRAD_WEIGHT_ACCUM_ENV, "tiles")
+    monkeypatch.setenv(chunked_module.CHUNK_MEMORY_ENV, str(400 / 2**20))
+    alive_at_next_tile, previous = [], []
+    original = triton_rows.triton_tile_gradient
+
+    def spy(name_, params, z, y, coef, scale, col0, **kwargs):
+        alive_at_next_tile.extend(ref() is not None for ref in previous)
+        out = original(name_, params, z, y, coef, scale, col0, **kwargs)
+        previous[:] = [weakref.ref(t) for t in (z, kwargs.get("similarity")) if t is not None]
+        return out
+
+    monkeypatch.setattr(triton_rows, "triton_tile_gradient", spy)
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(10, 12, generator=gen).to(DEVICE).requires_grad_()
+    weight = torch.randn(70, 12, generator=gen).to(DEVICE).requires_grad_()
+    labels = torch.tensor([3, -100, 5, 69, 0, 13, -100, 40, 41, 2], device=DEVICE)
+    extra = {"cost_embedding": weight.detach().clone()} if name == "emo" else {}
+    loss = fused_token_loss(name, hidden, weight, labels, chunk_size=4, **extra)
+    node = loss.grad_fn
+    assert node.grad_weight_unit is None and node.coefficients.shape == (8, N_COEF)
+    assert node.coefficients.dtype == torch.float32
+    loss.sum().backward()
+    assert len(alive_at_next_tile) >= 6 and not any(alive_at_next_tile)  # 6 tiles x 2 or 4 row blocks
+    assert weight.grad is not None and weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("fault", [None, "column_offset", "scale_ignored", "emo_similarity"])
 def test_tiles_self_check_runs_before_the_first_tiles_backward(triton_rows, monkeypatch, fault):
-    """The first `tiles` backward per (device, dtype) checks the gradient pass over tiles against the full pass;
-    a fault there (the target's -1 in the tile's own columns; the per-row scale dropped) stops it in one error
-    naming the way out, and nothing is marked checked."""
+    """The first `tiles` backward per (device, dtype) checks the gradient pass over tiles against the full pass,
+    for every case of the kernel's self-check; a fault there (the target's -1 in the tile's own columns; the
+    per-row scale dropped; EMO's tile similarities 1 % off, which no other loss reads) stops it in one error naming
+    the way out, and nothing is marked checked."""
     original = triton_rows.triton_tile_gradient
 
     def faulty(name, params, z, y, coef, scale, col0, **kwargs):
         if fault == "scale_ignored":
             scale = torch.ones_like(scale)
+        if fault == "emo_similarity" and kwargs.get("similarity") is not None:
+            kwargs["similarity"] = kwargs["similarity"] * 1.01
         return original(name, params, z, y, coef, scale, 0 if fault == "column_offset" else col0, **kwargs)
 
     monkeypatch.setattr(triton_rows, "triton_tile_gradient", faulty)
@@ -265,8 +301,9 @@ def test_tiles_self_check_runs_before_the_first_tiles_backward(triton_rows, monk
         return
     with pytest.raises(
         kernels_module.KernelSelfCheckError, match="DISTMATCH_GRAD_WEIGHT_ACCUM=tiles cannot be used"
-    ):
+    ) as err:
         loss.sum().backward()
+    assert fault != "emo_similarity" or "(emo " in str(err.value)
     assert kernels_module._TILE_CHECKED == set()
 
 
