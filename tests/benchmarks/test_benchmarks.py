@@ -86,13 +86,13 @@ def test_fused_memory_settings_benchmark_harness(tmp_path):
 
 def test_fused_memory_tiles_settings_run_the_tiles_mode(monkeypatch):
     """bench_fused_memory.py's `tiles` rows (measured on GPUs; the Triton kernel only) set what their names and
-    docs/losses.md say: d weight by vocabulary tile, with float32 or input-dtype chunks, the default or a 64 MiB
+    docs/losses.md say: d weight by vocabulary tile, with float32 or input-dtype chunks, the default or a 60 MiB
     budget."""
     monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))  # its sibling modules, as when run as a script
     bench = load_module("bench_fused_memory", REPO_ROOT / "benchmarks" / "bench_fused_memory.py")
     for env in ("DISTMATCH_CHUNK_LOGITS", "DISTMATCH_GRAD_WEIGHT_ACCUM", "DISTMATCH_CHUNK_MEMORY_MB"):
         monkeypatch.setenv(env, "unset by the test")
-    expected = {"tiles": ("float32", None), "tiles-input-64": ("input", "64")}
+    expected = {"tiles": ("float32", None), "tiles-input-60": ("input", "60")}
     for setting, (logits, budget) in expected.items():
         bench._apply(setting)
         assert os.environ["DISTMATCH_GRAD_WEIGHT_ACCUM"] == "tiles"

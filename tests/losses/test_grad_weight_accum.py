@@ -7,11 +7,13 @@ value is refused in one line.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from trl_ext.losses import fused_token_loss, token_loss
-from trl_ext.losses.chunked import CHUNK_LOGITS_ENV, GRAD_WEIGHT_ACCUM_ENV
+from trl_ext.losses.chunked import CHUNK_LOGITS_ENV, CHUNK_MEMORY_ENV, GRAD_WEIGHT_ACCUM_ENV, _Plan
 
 
 def _inputs(dtype: torch.dtype, n: int = 512, d: int = 32, v: int = 5000):  # v > one vocabulary tile (4096)
@@ -111,3 +113,28 @@ def test_input_dtype_chunk_logits_leave_float32_inputs_alone(monkeypatch):
     want = _grad(hidden, weight, labels, 64)
     monkeypatch.setenv(CHUNK_LOGITS_ENV, "input")
     torch.testing.assert_close(_grad(hidden, weight, labels, 64), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("emo", "logits", "rows", "tile"),
+    [
+        (False, torch.bfloat16, 3840, 4096),
+        (True, torch.bfloat16, 1920, 2688),
+        (False, torch.float32, 3840, 1280),
+    ],
+)
+def test_tiles_blocks_fit_the_chunk_budget_at_llama3s_head(monkeypatch, emo, logits, rows, tile):
+    """`tiles` at Llama-3-8B's head on CUDA (bf16 operands; N 7393 valid rows, d 4096, V 128256) with a 60 MiB budget:
+    a row block's rows of h (EMO: and of the cost embedding) take at most half, its [rows, tile] block (EMO: and the
+    float32 similarity; float32 logits: and their bf16 copy) the rest, the tile a multiple of 128 that no wider one
+    would fit."""
+    monkeypatch.setenv(CHUNK_MEMORY_ENV, "60")
+    plan = SimpleNamespace(cdtype=torch.float32, matmul_dtype=torch.bfloat16, logits_dtype=logits,
+                           cost_embedding=object() if emo else None)  # fmt: skip
+    got = _Plan.tile_shape(plan, 7393, 4096, 128256, torch.device("cuda"))
+    assert got == (rows, tile)
+    per_row = 4096 * 2 * (2 if emo else 1)
+    per_cell = logits.itemsize + (4 if emo else 0) + (2 if logits == torch.float32 else 0)
+    budget = 60 * 2**20
+    assert rows * per_row <= budget // 2 and rows * per_row + rows * tile * per_cell <= budget
+    assert rows * per_row + rows * (tile + 128) * per_cell > budget and tile % 128 == 0
