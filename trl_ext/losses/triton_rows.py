@@ -359,9 +359,10 @@ def triton_tile_gradient(
     n = z.shape[0]
     assert grad_coefficients.shape == (n, N_COEF) and grad_coefficients.is_contiguous()
     assert grad_scale.shape == (n,) and grad_scale.dtype == torch.float32
-    loss = z.new_empty(0, dtype=torch.float32)  # never written
     if similarity is not None and similarity.stride(1) != 1:
         similarity = similarity.contiguous()
-    _launch(name, params, z, y, similarity, similarity_scales, loss=loss, stats={}, want_grad=True,
+    # No loss or statistics are written in a GRAD_ONLY call: their pointers get a valid float32 tensor (a null one
+    # could be refused by Triton's launcher on a GPU).
+    _launch(name, params, z, y, similarity, similarity_scales, loss=grad_scale, stats={}, want_grad=True,
             coef=grad_coefficients, coef_out=False, grad_scale=grad_scale, col0=col0)  # fmt: skip
     return z
