@@ -41,9 +41,8 @@ if set(_LOSS_CODE) != set(TRITON_LOSSES):  # pragma: no cover - a spec claims a 
 CHUNK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_BLOCK = 8192  # columns per tile; a row of V = 128256 takes 16 tiles per pass
 EMO_EPS_ = tl.constexpr(EMO_EPS)
-N_COEF_ = tl.constexpr(
-    N_COEF
-)  # the row's gradient coefficients a COEF_OUT call stores, a GRAD_ONLY call reads
+# The row's gradient coefficients a COEF_OUT call stores and a GRAD_ONLY call reads.
+N_COEF_ = tl.constexpr(N_COEF)
 
 
 @triton.jit
