@@ -161,14 +161,16 @@ class _Plan:
         else:
             torch.addmm(grad_weight, grad.T, h, out_dtype=self.cdtype, out=grad_weight)
 
-    def similarity(self, y: Tensor) -> dict[str, Any]:
-        """The row math's similarity keywords for labels y (none without a cost embedding)."""
+    def similarity(self, y: Tensor, cols: slice = slice(None), rows: Tensor | None = None) -> dict[str, Any]:
+        """The row math's similarity keywords for labels y (none without a cost embedding), over the vocabulary
+        columns `cols` (all by default); `rows`: the cost embedding's rows e_y, when the caller already gathered them."""
         if self.cost_embedding is None or self.cost_inv_norm is None:
             return {"similarity": None}
         # s_ij = cos(e_{y_i}, e_j) = (e_{y_i} . e_j) / (|e_{y_i}| |e_j|): one [n, V] matmul and the inverse norms;
         # the Triton kernel applies them as it reads the rows, the closed forms in place (no extra passes here).
-        sim = self.mm(self.cost_embedding[y], self.cost_embedding.T)
-        return {"similarity": sim, "similarity_scales": (self.cost_inv_norm[y], self.cost_inv_norm)}
+        rows = self.cost_embedding[y] if rows is None else rows
+        sim = self.mm(rows, self.cost_embedding[cols].T)
+        return {"similarity": sim, "similarity_scales": (self.cost_inv_norm[y], self.cost_inv_norm[cols])}
 
     def reference(self, rows: Tensor) -> dict[str, Tensor]:
         """The row math's `reference=` keyword for these rows (a fresh compute-dtype chunk), or nothing."""
@@ -509,13 +511,10 @@ def _tile_grad_weight(
         y, end = labels[rows], start + rows.numel()
         h = plan.operand(hidden[rows])
         coef, scale = coefficients[start:end], upstream[start:end].contiguous()
-        cost_rows = None if plan.cost_embedding is None else plan.cost_embedding[y]
+        cost_rows = None if plan.cost_embedding is None else plan.cost_embedding[y]  # once per block
         for v0 in range(0, weight.shape[0], tile):
             v1 = min(weight.shape[0], v0 + tile)
-            sim = {}
-            if cost_rows is not None and plan.cost_embedding is not None and plan.cost_inv_norm is not None:
-                sim = {"similarity": plan.mm(cost_rows, plan.cost_embedding[v0:v1].T),
-                       "similarity_scales": (plan.cost_inv_norm[y], plan.cost_inv_norm[v0:v1])}  # fmt: skip
+            sim = plan.similarity(y, slice(v0, v1), cost_rows)
             grad = triton_tile_gradient(
                 plan.name, plan.params, plan.logits(h, w[v0:v1]), y, coef, scale, v0, **sim
             )

@@ -246,13 +246,15 @@ def _launch(
     stats: dict[str, Tensor],
     want_grad: bool,
     coef: Tensor | None,
-    coef_out: bool,
     grad_scale: Tensor | None,
     col0: int,
 ) -> None:
+    """One launch of the kernel over z's rows. `coef` alone: a full call that also stores the rows' gradient
+    coefficients (COEF_OUT); with `grad_scale`: a GRAD_ONLY call that reads them."""
     n, vocab = z.shape
     if LOSSES[name].needs_cost_embedding:
-        assert similarity is not None and similarity.shape == z.shape and similarity.stride(1) == 1
+        assert similarity is not None and similarity.shape == z.shape
+        similarity = similarity if similarity.stride(1) == 1 else similarity.contiguous()
         if similarity_scales is None:
             row_scale, col_scale = z.new_ones(n, dtype=torch.float32), z.new_ones(vocab, dtype=torch.float32)
         else:
@@ -288,7 +290,7 @@ def _launch(
         EMO1=params.get("weighting", "emo1") == "emo1",
         WANT_GRAD=want_grad,
         WANT_STATS=bool(stats),
-        COEF_OUT=coef_out,
+        COEF_OUT=coef is not None and grad_scale is None,
         GRAD_ONLY=grad_scale is not None,
         BLOCK=block,
         num_warps=num_warps,
@@ -333,9 +335,8 @@ def triton_chunk_math(
     if grad_coefficients is not None:
         assert grad_coefficients.shape == (n, N_COEF) and grad_coefficients.dtype == torch.float32
         assert grad_coefficients.is_contiguous()
-    sim = None if similarity is None else similarity if similarity.stride(1) == 1 else similarity.contiguous()
-    _launch(name, params, z, y, sim, similarity_scales, loss=loss, stats=stats, want_grad=want_grad,
-            coef=grad_coefficients, coef_out=grad_coefficients is not None, grad_scale=None, col0=0)  # fmt: skip
+    _launch(name, params, z, y, similarity, similarity_scales, loss=loss, stats=stats, want_grad=want_grad,
+            coef=grad_coefficients, grad_scale=None, col0=0)  # fmt: skip
     return ChunkResult(loss, z if want_grad else None, **stats)
 
 
@@ -358,10 +359,8 @@ def triton_tile_gradient(
     n = z.shape[0]
     assert grad_coefficients.shape == (n, N_COEF) and grad_coefficients.is_contiguous()
     assert grad_scale.shape == (n,) and grad_scale.dtype == torch.float32
-    if similarity is not None and similarity.stride(1) != 1:
-        similarity = similarity.contiguous()
     # No loss or statistics are written in a GRAD_ONLY call: their pointers get a valid float32 tensor (a null one
     # could be refused by Triton's launcher on a GPU).
     _launch(name, params, z, y, similarity, similarity_scales, loss=grad_scale, stats={}, want_grad=True,
-            coef=grad_coefficients, coef_out=False, grad_scale=grad_scale, col0=col0)  # fmt: skip
+            coef=grad_coefficients, grad_scale=grad_scale, col0=col0)  # fmt: skip
     return z
