@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["RECORD_FILE", "axolotl_resume_checkpoint", "has_record", "last_checkpoint"]
+__all__ = ["RECORD_FILE", "axolotl_resume_checkpoint", "has_record", "last_checkpoint", "run_records"]
 
 #: The file a distmatch run writes into every checkpoint and output folder (its loss and options; `trl_ext.resume`).
 RECORD_FILE = "distmatch.json"
@@ -28,6 +28,20 @@ def last_checkpoint(output_dir: object) -> str | None:
         and os.path.isdir(os.path.join(str(output_dir), name))
     ]
     return os.path.join(str(output_dir), max(steps)[1]) if steps else None
+
+
+def run_records(output_dir: object) -> list[str]:
+    """The run records in `output_dir`: its own (a finished run's model) and its `checkpoint-N` folders', in that
+    order; empty when it holds none or is no folder."""
+    if not isinstance(output_dir, (str, os.PathLike)):
+        return []
+    root = os.path.expanduser(str(output_dir))
+    try:
+        names = sorted(n for n in os.listdir(root) if n.startswith("checkpoint-"))
+    except OSError:
+        return []
+    folders = [root, *(os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n)))]
+    return [os.path.join(f, RECORD_FILE) for f in folders if os.path.isfile(os.path.join(f, RECORD_FILE))]
 
 
 def has_record(checkpoint: object) -> bool:

@@ -13,7 +13,8 @@ interpreter start. Like the TRL hook it is cheap and inert: it imports only `os`
 * a config without distmatch keys is passed through untouched;
 * a config with one (`loss`, `gem_beta`, `emo_...`, `allow_loss_change`, ...), or one that resumes from a checkpoint
   holding a distmatch run record (`resume_from_checkpoint`, `auto_resume_from_checkpoints`; the plugin continues
-  or checks the recorded loss), gets `axolotl_distmatch.DistMatchPlugin` added to its
+  or checks the recorded loss), or a new run whose `output_dir` holds a distmatch run (the plugin refuses it unless
+  `overwrite_run: true`, as for a distmatch run: a plain run would leave records naming a loss it did not train), gets `axolotl_distmatch.DistMatchPlugin` added to its
   `plugins` when no entry names it, after checking that the plugin imports (an import failure stops the run with
   one line saying what failed); after Axolotl registered the plugins, the distmatch plugin must be among them.
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
-from distmatch.checkpoints import RECORD_FILE, axolotl_resume_checkpoint, has_record
+from distmatch.checkpoints import RECORD_FILE, axolotl_resume_checkpoint, has_record, run_records
 from distmatch.errors import DistMatchConfigError, print_config_errors_as_one_line
 from distmatch_hooks._common import (
     LOSS_OPTION_NAMES,
@@ -71,6 +72,10 @@ def distmatch_keys(cfg: Mapping) -> list[str]:
     checkpoint = axolotl_resume_checkpoint(cfg)
     if not keys and has_record(checkpoint):
         keys.append(f"resume_from_checkpoint ({checkpoint}/{RECORD_FILE})")
+    elif not keys and checkpoint is None and (records := run_records(cfg.get("output_dir") or "./model-out")):
+        # a plain run would write over a distmatch run's checkpoints while their records still name its loss: the
+        # plugin refuses it like a distmatch run's (`trl_ext.resume.check_new_run`), unless `overwrite_run: true`
+        keys.append(f"output_dir (holds a distmatch run: {records[0]})")
     return keys
 
 

@@ -14,7 +14,10 @@ It activates only when both hold:
    `--gem_beta`, `--emo_...`, `--ce_entropy_coef`, `--tailr_gamma`, `--mixce_gamma`, `--eaft_alpha`, `--eaft_k`,
    `--allow_loss_change` (also spelled with dashes, or as `--flag=value`), or a top-level key of those names in the
    `--config` YAML; or `--resume_from_checkpoint DIR` (flag or key) names a folder holding a distmatch run record
-   (`DIR/distmatch.json`), so that a resume without `--loss` continues with the recorded loss.
+   (`DIR/distmatch.json`), so that a resume without `--loss` continues with the recorded loss; or a new run's
+   `--output_dir` holds a distmatch run (a record in it or in a `checkpoint-N`), which a plain run would overwrite
+   while the records still name the distmatch loss: it is refused unless `--overwrite_run` (then the old
+   checkpoints and record are removed first).
 
 Then it puts a `sys.meta_path` finder first that waits for the `trl` package to be imported and, right after,
 sets `trl.SFTConfig = trl_ext.config.DistMatchSFTConfig` and `trl.SFTTrainer = trl_ext.trainer.DistMatchSFTTrainer`
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import sys
 
-from distmatch.checkpoints import RECORD_FILE, has_record
+from distmatch.checkpoints import RECORD_FILE, has_record, run_records
 from distmatch.errors import (
     CONFIG_ERROR_STATUS,
     DistMatchConfigError,
@@ -103,23 +106,28 @@ def _config_keys(path: str) -> list[str]:
     return list(_config_mapping(path))
 
 
-def resume_checkpoint(args: list[str]) -> object:
-    """The `--resume_from_checkpoint` value in `args` (a flag wins over the `--config` YAML key), or None."""
+def option_value(args: list[str], option: str) -> object:
+    """The value of TRL option `option` in `args` (a flag wins over the `--config` YAML key), or None."""
     from_flag: object = None
     from_config: object = None
-    flags = ("--" + RESUME_OPTION, "--" + RESUME_OPTION.replace("_", "-"))
+    flags = ("--" + option, "--" + option.replace("_", "-"))
     for i, arg in enumerate(args):
         if arg == "--":
             break
         name, equals, inline = arg.partition("=")
         if arg == "--config" and i + 1 < len(args):
             try:
-                from_config = _config_mapping(args[i + 1]).get(RESUME_OPTION)
+                from_config = _config_mapping(args[i + 1]).get(option)
             except Exception as err:  # TRL reports an unreadable config itself
                 _debug(f"could not read --config {args[i + 1]!r}: {err!r}")
         elif name in flags:
             from_flag = inline if equals else (args[i + 1] if i + 1 < len(args) else None)
     return from_flag if from_flag is not None else from_config
+
+
+def resume_checkpoint(args: list[str]) -> object:
+    """The `--resume_from_checkpoint` value in `args` (a flag wins over the `--config` YAML key), or None."""
+    return option_value(args, RESUME_OPTION)
 
 
 def distmatch_options(args: list[str]) -> list[str]:
@@ -155,6 +163,14 @@ def should_activate(argv: list[str]) -> list[str]:
         checkpoint
     ):  # resuming a distmatch run: its loss is checked (or continued) even without --loss
         found.append(f"--{RESUME_OPTION} (a distmatch checkpoint: {checkpoint}/{RECORD_FILE})")
+    elif (
+        not found
+        and checkpoint in (None, "", False)
+        and (records := run_records(option_value(args, "output_dir")))
+    ):
+        # a plain run into a distmatch run's folder would write over its checkpoints while their records still
+        # name the distmatch loss: refused like a distmatch run's (`trl_ext.resume.check_new_run`)
+        found.append(f"--output_dir (holds a distmatch run: {records[0]})")
     if not found and any(
         arg in ("-h", "--help") for arg in args[: args.index("--") if "--" in args else None]
     ):

@@ -67,17 +67,27 @@ def check_option_usage(
         raise DistMatchConfigError("; ".join(problems) + ".")
 
 
-def check_loss_type(loss: str | None, loss_type: str | None, default_loss_type: str | None) -> None:
+def check_loss_type(
+    loss: str | None,
+    loss_type: str | None,
+    default_loss_type: str | None,
+    distmatch_losses: Sequence[str] = (),
+) -> None:
     """Refuse `loss` with a different explicit TRL `loss_type` (one would silently override the other).
 
     TRL's default (`nll` in TRL >= 1.15, None before) is indistinguishable from an explicit `nll`, so `nll` passes on
-    every version: it is the plain cross-entropy a distmatch loss replaces.
+    every version: it is the plain cross-entropy a distmatch loss replaces. A `loss_type` whose name is also a
+    distmatch loss (`dft`) cannot be reached through `loss`, which selects distmatch's own.
     """
     if loss is None or loss_type in (None, default_loss_type, loss, "nll"):
         return
+    how = (
+        f"`loss: {loss_type}` selects distmatch's own {loss_type!r}; TRL's cannot be combined with a distmatch loss"
+        if loss_type in distmatch_losses
+        else f"`loss: {loss_type}` selects TRL's own {loss_type!r}"
+    )
     raise DistMatchConfigError(
-        f"loss={loss!r} and loss_type={loss_type!r} ask for two different objectives; set only `loss` "
-        f"(`loss: {loss_type}` selects TRL's own {loss_type!r})."
+        f"loss={loss!r} and loss_type={loss_type!r} ask for two different objectives; set only `loss` ({how})."
     )
 
 

@@ -60,7 +60,8 @@ def sft_worker(argv: Sequence[str] | None = None) -> None:
 def check_parsed(parsed: Sequence[Any]) -> None:
     """Checks that need TRL's parsed dataclasses, run right after parsing (before anything is launched or loaded):
 
-    * no other run is writing the output folder (`trl_ext.output_lock`; only in the launcher or a single process);
+    * no other run is writing the output folder (`trl_ext.output_lock`; only in the launcher or a single process,
+      which takes the folder's lock once the checks below pass and holds it for the training processes);
     * `--resume_from_checkpoint DIR` is a checkpoint folder (not missing, not a model folder, not the output
       folder); a new run into an output folder holding another run's record is refused unless `--overwrite_run`
       (which removes that run's checkpoints);
@@ -72,19 +73,28 @@ def check_parsed(parsed: Sequence[Any]) -> None:
       `config.json`, no weights).
     """
     training = next((p for p in parsed if hasattr(p, "distmatch_loss")), None)
-    model = next((p for p in parsed if hasattr(p, "model_name_or_path")), None)
     if training is None:
         return
     from .options import DISTMATCH_LOSSES
+    from .output_lock import check_output_dir_free, lock_output_dir
+
+    # The launcher (or a single process; ranks would see rank 0's own lock) of a distmatch run or of a plain run
+    # the hook caught: a live run's folder is refused first (its record is not another run's), and once every
+    # check passed the lock is taken and held for the training processes it starts.
+    locks = "RANK" not in os.environ and (training.loss is None or training.loss in DISTMATCH_LOSSES)
+    if locks:
+        check_output_dir_free(training.output_dir)
+    _check_run(parsed, training)
+    if locks and training.output_dir is not None:
+        lock_output_dir(training.output_dir, for_children=True)
+
+
+def _check_run(parsed: Sequence[Any], training: Any) -> None:
+    from .options import DISTMATCH_LOSSES
     from .resume import check_checkpoint_folder, check_new_run, checkpoint_folder, resolve_resume
 
+    model = next((p for p in parsed if hasattr(p, "model_name_or_path")), None)
     loss, options = training.distmatch_loss, training.loss_options()
-    if "RANK" not in os.environ and (training.loss is None or training.loss in DISTMATCH_LOSSES):
-        # a live run's folder first: its record is not another run's (the launcher, or a single process: ranks
-        # would see rank 0's own lock)
-        from .output_lock import check_output_dir_free
-
-        check_output_dir_free(training.output_dir)
     check_checkpoint_folder(training.resume_from_checkpoint, training.output_dir)
     checkpoint = checkpoint_folder(training.resume_from_checkpoint, training.output_dir)
     check_new_run(training.output_dir, checkpoint, bool(getattr(training, "overwrite_run", False)))

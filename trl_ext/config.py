@@ -112,7 +112,7 @@ class _DistMatchSFTConfig(SFTConfig):
             )
         derived = getattr(self, "_derived_loss_type", None)
         loss_type = None if derived is not None and self.loss_type == derived else self.loss_type
-        check_loss_type(self.loss, loss_type, _default_loss_type())
+        check_loss_type(self.loss, loss_type, _default_loss_type(), DISTMATCH_LOSSES)
         if self.loss in DISTMATCH_LOSSES:
             raise_conflicts(self.loss, framework_conflicts(vars(self)))
             # Validate the hyper-parameters (and a cost-embedding model's config) now, not at the first step.

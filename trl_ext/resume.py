@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distmatch.checkpoints import RECORD_FILE, last_checkpoint
+from distmatch.checkpoints import RECORD_FILE, last_checkpoint, run_records
 from distmatch.errors import DistMatchConfigError
 from distmatch.weights import fingerprint
 
@@ -270,7 +270,8 @@ def _check_references(
         value = options.get(name)
         if name not in used or not isinstance(value, str) or not isinstance(recorded, dict):
             continue
-        now = fingerprint(value) if Path(value).expanduser().is_dir() else {"path": value, "weights": None}
+        exists = Path(value).expanduser().is_dir()
+        now = fingerprint(value) if exists else {"path": value, "weights": None}
         if now["weights"] == recorded.get("weights"):
             same[name] = record.options.get(name, value)
             continue
@@ -279,8 +280,9 @@ def _check_references(
             continue
         raise DistMatchConfigError(
             f"resume_from_checkpoint={checkpoint!r} was trained against {name}={recorded.get('path')!r} "
-            f"(fingerprinted in {record.path}) but {name}={value!r} is now {now['path']!r}, which holds other "
-            f"weights; give the folder the run trained against, or set `{ALLOW_CHANGE}: true` "
+            f"(fingerprinted in {record.path}) but {name}={value!r} is now {now['path']!r}, "
+            f"{'which holds other weights' if exists else 'which is no folder (moved or removed?)'}; give the "
+            f"folder the run trained against, or set `{ALLOW_CHANGE}: true` "
             f"(--{ALLOW_CHANGE}) to train against this one."
         )
     return same
@@ -322,8 +324,7 @@ def check_new_run(output_dir: str | os.PathLike | None, checkpoint: str | None, 
     if checkpoint is not None or output_dir is None or not Path(output_dir).expanduser().is_dir():
         return []
     root = Path(output_dir).expanduser()
-    checkpoints = sorted(p for p in root.glob("checkpoint-*") if p.is_dir())
-    records = [p / RECORD_FILE for p in [root, *checkpoints] if (p / RECORD_FILE).is_file()]
+    records = [Path(r) for r in run_records(root)]
     if not records:
         return []
     if not overwrite:
@@ -332,6 +333,7 @@ def check_new_run(output_dir: str | os.PathLike | None, checkpoint: str | None, 
             f"{records[0]}); resume it with resume_from_checkpoint, give another output_dir, or set "
             f"`{OVERWRITE}: true` (--{OVERWRITE}) to replace it (its checkpoints are removed)."
         )
+    checkpoints = sorted(p for p in root.glob("checkpoint-*") if p.is_dir())
     for path in checkpoints:
         shutil.rmtree(path, ignore_errors=True)  # (another rank may remove it first)
     (root / RECORD_FILE).unlink(missing_ok=True)

@@ -68,6 +68,27 @@ def test_hook_adds_the_plugin_for_a_resume_from_a_distmatch_checkpoint(tmp_path)
     plain = {"base_model": "m", "resume_from_checkpoint": str(out / "checkpoint-2")}
     assert hook.add_plugin(plain) == [] and "plugins" not in plain
     assert hook.add_plugin({"allow_loss_change": True}) == ["allow_loss_change"]
+    # a new plain run into a distmatch run's folder: the plugin comes to refuse it (a record in any checkpoint)
+    new_run = {"base_model": "m", "output_dir": str(out)}
+    assert hook.add_plugin(new_run) == [f"output_dir (holds a distmatch run: {recorded}/distmatch.json)"]
+    assert hook.add_plugin({"base_model": "m", "output_dir": str(tmp_path / "elsewhere")}) == []
+
+
+def test_a_plain_axolotl_run_into_a_distmatch_runs_folder_is_refused(
+    assets, project_venv, warm_axolotl, tmp_path
+) -> None:
+    """No distmatch key at all: Axolotl's own loss would overwrite the checkpoints while their records still name
+    gem_ls; refused in one line before the model loads, the old run untouched."""
+    out = tmp_path / "out"
+    (out / "checkpoint-1").mkdir(parents=True)
+    (out / "checkpoint-1" / "distmatch.json").write_text('{"loss": "gem_ls"}')
+    cfg = tiny_config(assets, out)
+    for key in ("plugins", "loss"):
+        cfg.pop(key, None)
+    line = _one_line_error(_axolotl_train(project_venv, cfg, tmp_path, warm_axolotl))
+    assert line.startswith(f"error: output_dir={str(out)!r} holds another run (loss=gem_ls"), line
+    assert "overwrite_run" in line, line
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-1"]
 
 
 @pytest.fixture(scope="module")

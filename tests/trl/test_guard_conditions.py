@@ -57,6 +57,16 @@ def test_loss_type_check_each_condition(loss, loss_type, default, refused):
         check_loss_type(loss, loss_type, default)
 
 
+def test_loss_type_refusal_says_which_loss_the_name_selects():
+    """`loss: dft` is distmatch's DFT, not TRL's: the refusal must not send the user to it for TRL's `dft`."""
+    with pytest.raises(
+        DistMatchConfigError, match=r"`loss: dft` selects distmatch's own 'dft'; TRL's cannot"
+    ):
+        check_loss_type("gem_ls", "dft", "nll", ("gem_ls", "dft"))
+    with pytest.raises(DistMatchConfigError, match=r"`loss: chunked_nll` selects TRL's own 'chunked_nll'\)"):
+        check_loss_type("gem_ls", "chunked_nll", "nll", ("gem_ls", "dft"))
+
+
 @pytest.mark.parametrize(
     ("values", "named"),
     [

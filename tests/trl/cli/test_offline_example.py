@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.cli import WheelVenv, run_cli, tail
+from tests.helpers.env import REPO_ROOT
 from tests.helpers.warm_cli import WarmCli
 
 
@@ -28,6 +30,20 @@ def test_the_printed_trl_command_trains_on_cpu(wheel_venv: WheelVenv, tmp_path: 
     assert json.loads(state.read_text())["global_step"] == 2
     record = json.loads((state.parent / "distmatch.json").read_text())  # trained with the distmatch loss
     assert record["loss"] == "gem_ls", record
+    # Run as README says, from the repository's root, all it writes (model, data, the run) is ignored by git.
+    written = sorted(
+        p.relative_to(tmp_path).as_posix() for p in (tmp_path / "tiny").rglob("*") if p.is_file()
+    )
+    check = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--verbose", "--non-matching", "--stdin"],
+        cwd=REPO_ROOT,
+        input="\n".join(written),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    not_ignored = [line.split("\t")[1] for line in check.stdout.splitlines() if line.startswith("::")]
+    assert written and not not_ignored, not_ignored
 
 
 @pytest.mark.slow

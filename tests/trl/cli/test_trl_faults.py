@@ -56,33 +56,53 @@ def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen) -
 def test_second_run_into_a_busy_folder_is_refused_and_kill9_then_resume_continues(
     wheel_venv, warm_cli, tiny, tmp_path
 ):
-    """Run A writes `out` (a checkpoint per step); run B into `out` is refused in one line while A runs; A is
-    killed with SIGKILL; run C resumes from A's newest complete checkpoint in the same folder (the kernel released
-    A's lock) and trains to its last step."""
+    """Two identical runs started into `out` 0.3 s apart: one is refused in one line by its launcher (exit 2, no
+    traceback) and the other trains (a checkpoint per step); a third run into `out` is refused the same way while it
+    runs; the survivor is killed with SIGKILL; a resume from its newest complete checkpoint in the same folder (the
+    kernel released the lock) trains to its last step."""
     out = tmp_path / "out"
-    first = subprocess.Popen(
-        [str(wheel_venv.trl), "sft", *_args(tiny, out, 100000, "--save_total_limit", "3")],
-        cwd=tmp_path,
-        env=cli_env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    refusal = (
+        f"error: output_dir={str(out)!r} is being written by another training run; give this run another "
+        "`output_dir` (two runs in one folder would overwrite each other's checkpoints), or wait for it to end."
     )
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(
+            [str(wheel_venv.trl), "sft", *_args(tiny, out, 100000, "--save_total_limit", "3")],
+            cwd=tmp_path,
+            env=cli_env(tmp_path),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    runs = [start()]
+    time.sleep(0.3)
+    runs.append(start())
     try:
+        deadline = time.monotonic() + 300
+        while all(r.poll() is None for r in runs):
+            assert time.monotonic() < deadline, "neither run ended: the second was not refused"
+            time.sleep(0.1)
+        (refused,) = [r for r in runs if r.poll() is not None]
+        (first,) = [r for r in runs if r is not refused]
+        _, err = refused.communicate()
+        assert refused.returncode == 2 and "Traceback" not in err, err[-4000:]
+        assert [line for line in err.splitlines() if line.startswith("error: ")] == [refusal], err[-4000:]
         _wait_for(lambda: len(_complete_checkpoints(out)) >= 2, 300, "two checkpoints", first)
         second = run_cli([wheel_venv.trl, "sft", *_args(tiny, out, 1)], tmp_path)
         assert second.returncode == 2, tail(second)
         assert "Traceback" not in second.stderr, tail(second)
         errors = [line for line in second.stderr.splitlines() if line.startswith("error: ")]
-        assert errors == [
-            f"error: output_dir={str(out)!r} is being written by another training run; give this run another "
-            "`output_dir` (two runs in one folder would overwrite each other's checkpoints), or wait for it to end."
-        ], tail(second)
-        assert first.poll() is None  # A is unaffected
+        assert errors == [refusal], tail(second)
+        assert first.poll() is None  # the survivor is unaffected
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.communicate()
+        for r in runs:
+            if r.poll() is None:
+                os.killpg(r.pid, signal.SIGKILL)
+            if not r.stderr.closed:
+                r.communicate()
     assert first.returncode == -signal.SIGKILL
     newest = _complete_checkpoints(out)[-1]
     step = json.loads((newest / "trainer_state.json").read_text())["global_step"]

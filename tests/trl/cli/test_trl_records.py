@@ -144,6 +144,62 @@ def test_a_new_run_into_a_recorded_folder_is_refused(wheel_venv, warm_cli, run):
     assert json.loads((run["checkpoint"] / "distmatch.json").read_text())["loss"] == "asft"  # untouched
 
 
+@pytest.mark.parametrize("given", ["flag", "config"])
+def test_a_plain_run_into_a_recorded_folder_is_refused(wheel_venv, warm_cli, run, tmp_path, given):
+    """`trl sft` without `--loss` (TRL's own loss) would overwrite the distmatch run's model and checkpoints while
+    their records still name `asft`, and a later resume would continue "with the recorded loss": refused in one line,
+    the output folder named as a flag or in a `--config` YAML."""
+    old = tmp_path / "old"
+    shutil.copytree(run["first"], old)
+    args = tiny_sft_args(run, old, 1)
+    if given == "config":
+        at = args.index("--output_dir")
+        del args[at : at + 2]
+        (tmp_path / "plain.yaml").write_text(f"output_dir: {old}\n")
+        args += ["--config", str(tmp_path / "plain.yaml")]
+    out = warm_cli.run([wheel_venv.trl, "sft", *args], tmp_path)
+    line = _one_line_error(out)
+    assert f"output_dir={str(old)!r} holds another run (loss=asft" in line and "overwrite_run" in line, line
+    assert "Loading" not in out.stderr
+    assert sorted(p.name for p in old.glob("checkpoint-*")) == ["checkpoint-1"]
+    assert json.loads((old / "checkpoint-1" / "distmatch.json").read_text())["loss"] == "asft"  # untouched
+
+
+def test_a_plain_run_with_overwrite_run_leaves_no_record_of_the_old_loss(wheel_venv, warm_cli, run, tmp_path):
+    """With `--overwrite_run` the plain run replaces the old one: its checkpoints and records go first, so no record
+    in the folder claims a loss the new run did not train."""
+    old = tmp_path / "old"
+    shutil.copytree(run["first"], old)
+    out = warm_cli.run([wheel_venv.trl, "sft", "--overwrite_run", *tiny_sft_args(run, old, 1)], tmp_path)
+    assert out.returncode == 0, tail(out)
+    assert (old / "checkpoint-1" / "trainer_state.json").is_file()  # the plain run's own checkpoint
+    assert not list(old.rglob("distmatch.json")), sorted(p.as_posix() for p in old.rglob("distmatch.json"))
+
+
+def test_an_option_change_within_the_same_loss_starts_a_new_history_entry(
+    wheel_venv, warm_cli, run, tmp_path
+):
+    """The history is each (loss, options) the run trained and the steps it trained them: the same loss with another
+    option value is a new entry, in the record and in the model card."""
+    recorded = json.loads((run["checkpoint"] / "distmatch.json").read_text())["options"]
+    assert recorded["anchor_kl_weight"] != 0.25
+    resume = ["--resume_from_checkpoint", str(run["checkpoint"]), "--allow_loss_change"]
+    flags = ["--loss", "asft", "--anchor_reference", "refdir", "--anchor_kl_weight", "0.25", *resume]
+    out = warm_cli.run(
+        [wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, tmp_path / "out", 2)], run["base"] / "a"
+    )
+    assert out.returncode == 0, tail(out)
+    record = json.loads((tmp_path / "out" / "distmatch.json").read_text())
+    entries = [
+        (h["loss"], h["options"]["anchor_kl_weight"], h["from_step"], h["to_step"]) for h in record["history"]
+    ]
+    assert entries == [("asft", recorded["anchor_kl_weight"], 0, 1), ("asft", 0.25, 1, 2)], record["history"]
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert (
+        "steps 0-1: `asft`" in card and "steps 1-2: `asft`" in card and "`anchor_kl_weight`=`0.25`" in card
+    ), card
+
+
 def test_overwrite_run_removes_the_old_runs_checkpoints(wheel_venv, warm_cli, run, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(run["first"], old)

@@ -368,7 +368,10 @@ def _one_line_error(out: subprocess.CompletedProcess) -> str:
 REFUSED = {
     "option_without_loss": (["--gem_beta", "0.5"], ["gem_beta=0.5", "`loss` is unset", "`loss: gem_ls`"]),
     "option_of_another_loss": (["--loss", "emo", "--tailr_gamma", "0.3"], ["tailr_gamma=0.3", "loss='emo'"]),
-    "loss_and_loss_type": (["--loss", "gem_ls", "--loss_type", "dft"], ["loss='gem_ls'", "loss_type='dft'"]),
+    "loss_and_loss_type": (
+        ["--loss", "gem_ls", "--loss_type", "dft"],
+        ["loss='gem_ls'", "loss_type='dft'", "`loss: dft` selects distmatch's own 'dft'"],
+    ),
     "liger": (["--use_liger_kernel", "true", "--loss", "emo"], ["use_liger_kernel=True", "remove"]),
     "cost_embedding_path": (
         ["--loss", "emo", "--emo_cost_embedding", "/nonexistent/model"],
