@@ -74,7 +74,13 @@ def _gold(record: Mapping[str, Any], task: str, where: str) -> str:
     if task == "gsm8k" and record["answer"] is not None:
         return str(gsm8k_gold_answer(str(record["answer"])))
     if task == "math" and record["solution"] is not None:
-        return str(math_gold_answer(str(record["solution"])))
+        gold = math_gold_answer(str(record["solution"]))
+        if gold is None:  # else the string "None" would be the gold answer
+            raise InputError(
+                f"{where}: no gold answer: its solution has no readable \\boxed{{...}} or \\fbox{{...}}; give the "
+                "record a gold field."
+            )
+        return gold
     need = "answer (with '#### n')" if task == "gsm8k" else "solution (with \\boxed{})"
     raise InputError(f"{where}: no gold answer: give each record a gold or {need} field.")
 

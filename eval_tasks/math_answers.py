@@ -11,7 +11,8 @@ Hendrycks MATH normalisation), not copied from them.
   the dataset's ``answer`` with "####" replaced by "The answer is:", read by the same function.
 * :func:`extract_math_answer` - MetaMath's MATH reading: the text after the last "The answer is: ", up to the first
   ".\\n", stripped, one trailing "." removed; None when the phrase is absent.
-* :func:`math_gold_answer` - the content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) of a MATH solution.
+* :func:`math_gold_answer` - the content of the last ``\\boxed{...}`` of a MATH solution, else of its last
+  ``\\fbox{...}`` (the scripts find an ``\\fbox`` the same way but then read it as None: a deviation, on purpose).
 * :func:`strip_math_string` / :func:`is_equiv` - the Hendrycks normalisation and equality (when the normalisation
   fails on a string, as the original raises, the two raw strings are compared).
 * ``checker="math_verify"`` in :func:`math_answer_correct`: the ``math-verify`` package (extra ``distmatch[math]``).
@@ -101,10 +102,16 @@ def extract_math_answer(completion: str) -> str | None:
 
 
 def math_gold_answer(solution: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` / ``\\fbox{...}`` of a MATH solution (None: none, or unbalanced)."""
-    start = solution.rfind("\\boxed")
+    """The content of the last ``\\boxed{...}`` of a MATH solution, or of its last ``\\fbox{...}`` when it has no
+    ``\\boxed`` (the Hendrycks ``last_boxed_only_string`` search), as written (nested braces kept, spaces too: the
+    normalisation drops them). None: no box, an unbalanced one, or a command not followed by ``{``. The scripts'
+    ``remove_boxed`` strips only ``\\boxed{``, so they read an ``\\fbox{...}`` gold as None (the question can never
+    be answered correctly); its content is read here."""
+    command = "\\boxed"
+    start = solution.rfind(command)
     if start < 0:
-        start = solution.rfind("\\fbox")
+        command = "\\fbox"
+        start = solution.rfind(command)
         if start < 0:
             return None
     depth = 0
@@ -115,7 +122,7 @@ def math_gold_answer(solution: str) -> str | None:
             depth -= 1
             if depth == 0:
                 boxed = solution[start : i + 1]
-                prefix = "\\boxed{"
+                prefix = command + "{"
                 return boxed[len(prefix) : -1] if boxed.startswith(prefix) else None
     return None
 

@@ -66,6 +66,34 @@ def test_voting_reads_gold_from_generate_records(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["curve"] == {"mv@1": 100.0, "bon@1": 100.0}
 
 
+def test_voting_reads_an_fbox_gold_and_refuses_a_solution_without_a_box(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A MATH solution's \\fbox{...} is its gold answer as a \\boxed{...} is (math_answers.math_gold_answer); a
+    solution with no readable box is refused instead of voting against the string "None"."""
+    rows = [
+        {"prompt": "p0", "solution": "so $\\fbox{4}$", "samples": ["The answer is: 4", "The answer is: 5"]},
+        {"prompt": "p1", "solution": "$\\fbox{ \\frac{1}{2} }$", "samples": ["no", "The answer is: 0.5"]},
+        {"prompt": "p2", "solution": "\\boxed{3} beside \\fbox{4}", "samples": ["The answer is: 4", "The answer is: 3"]},
+    ]  # fmt: skip
+    math = _write_jsonl(tmp_path / "math.jsonl", rows)
+    out = tmp_path / "m.json"
+    assert cli.main(["voting", "--samples", str(math), "--task", "math", "-o", str(out)]) == 0
+    # k=1: p0 4 yes, p1 None no, p2 4 no (gold 3) -> 1/3; k=2: BON all three; MV p0 4 (tie, first), p1 tie None
+    # first -> no, p2 4 first -> no.
+    curve = json.loads(out.read_text())["curve"]
+    assert curve["bon@1"] == pytest.approx(100 / 3) and curve["bon@2"] == 100.0, curve
+    assert curve["mv@2"] == pytest.approx(100 / 3), curve
+    capsys.readouterr()
+    unboxed = _write_jsonl(
+        tmp_path / "u.jsonl",
+        [{"prompt": "p", "solution": "the answer is 4", "samples": ["The answer is: None"]}],
+    )
+    assert cli.main(["voting", "--samples", str(unboxed), "--task", "math", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no readable \\boxed{...} or \\fbox{...}" in err, err
+
+
 def test_voting_refuses_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     uneven = _write_jsonl(
         tmp_path / "u.jsonl", [{"gold": "1", "samples": ["a"]}, {"gold": "1", "samples": ["a", "b"]}]

@@ -82,7 +82,54 @@ def test_math_gold_is_the_last_boxed_content() -> None:
     assert math_gold_answer("Nested \\boxed{\\sqrt{2}+{1}} end") == "\\sqrt{2}+{1}"
     assert math_gold_answer("no box") is None
     assert math_gold_answer("\\boxed{unclosed") is None
-    assert math_gold_answer("\\fbox{3}") is None  # found, but MetaMath's remove_boxed only strips \boxed{
+    assert math_gold_answer("\\fbox{3}") == "3"
+
+
+# \fbox: the Hendrycks MATH search (`last_boxed_only_string`, used by MetaMath's and GEM's scripts) takes the last
+# "\boxed" and, only when there is none, the last "\fbox", then its braces up to the matching close. The module's
+# docstring promises the box's content for both commands (the scripts' `remove_boxed` strips only "\boxed{" and reads
+# an \fbox gold as None: such a question could never be answered correctly). The content is kept as written (the
+# Hendrycks normalisation drops the spaces later).
+@pytest.mark.parametrize(
+    ("solution", "gold"),
+    [
+        ("The area is $\\fbox{4}$.", "4"),
+        ("$\\fbox{ 4 }$", " 4 "),
+        ("so $x = \\fbox{\\frac{1}{2}}$", "\\frac{1}{2}"),  # nested braces
+        ("$\\fbox{\\sqrt{2}+{1}}$ end", "\\sqrt{2}+{1}"),
+        ("first \\fbox{3}, finally \\fbox{4}", "4"),  # the last one
+        ("\\boxed{3} and then \\fbox{4}", "3"),  # a \boxed anywhere is taken before any \fbox
+        ("\\fbox{4} and then \\boxed{3}", "3"),
+        ("\\boxed{\\fbox{4}}", "\\fbox{4}"),  # the \boxed's content, as written
+        ("\\fbox{4", None),  # unbalanced
+        ("\\fbox 4", None),  # no brace after the command
+    ],
+)
+def test_math_gold_reads_an_fbox_like_a_boxed(solution: str, gold: str | None) -> None:
+    assert math_gold_answer(solution) == gold
+
+
+@pytest.mark.parametrize(
+    ("completion", "correct"),
+    [
+        ("Boxed: $\\fbox{4}$.\nThe answer is: 4", True),
+        ("The answer is: 4.\n", True),
+        ("The answer is:  4 ", True),
+        ("The answer is: 5", False),
+        ("I box it: \\fbox{4}", False),  # no "The answer is: ": no answer
+        # MetaMath's reading takes the text after the phrase as it is: a box there is not opened
+        ("The answer is: \\fbox{4}", False),
+        ("The answer is: \\boxed{4}", False),
+    ],
+)
+def test_an_fbox_gold_against_the_predictions_reading(completion: str, correct: bool) -> None:
+    for solution in ("$\\fbox{4}$", "$\\fbox{ 4 }$", "\\fbox{3} then \\fbox{4}", "\\fbox{3} then \\boxed{4}"):
+        gold = math_gold_answer(solution)
+        assert math_answer_correct(extract_math_answer(completion), gold) is correct, (completion, solution)
+    assert extract_math_answer("The answer is: \\fbox{ 4 }.") == "\\fbox{ 4 }"  # the reading itself
+    half = math_gold_answer("$\\fbox{\\frac{1}{2}}$")
+    assert math_answer_correct(extract_math_answer("The answer is: 0.5"), half)
+    assert math_answer_correct(extract_math_answer("The answer is: \\dfrac12"), half)
 
 
 @pytest.mark.parametrize(
