@@ -63,13 +63,15 @@ def creative_documents(kind: str, prompts_file: str | os.PathLike | None = None)
 
 
 def diversity_scores(
-    samples: Sequence[str], *, sbert_model: Any = None, gem_compat: bool = False
+    samples: Sequence[str], *, prefix: str = "", sbert_model: Any = None, gem_compat: bool = False
 ) -> dict[str, float]:
-    """The three diversity metrics of one prompt's samples.
+    """The three diversity metrics of one prompt's samples, each scored after `prefix` (``scoring: prompt+response``:
+    the prompt as the model saw it).
 
     Empty responses are scored as they are; a prompt whose responses are all empty scores 0 on every metric (no
-    diversity; Self-BLEU would call K empty strings maximally diverse), and a metric that is undefined for the
-    samples (no sample has a single token) counts as 0 with a warning, so one degenerate prompt cannot abort a run.
+    diversity; Self-BLEU would call K empty strings, or K copies of a short prompt, maximally diverse), whatever the
+    prefix, and a metric that is undefined for the samples (no sample has a single token) counts as 0 with a
+    warning, so one degenerate prompt cannot abort a run.
     """
     from eval_tasks.metrics import DiversityInputError, ngram_diversity, sbert_diversity, self_bleu_diversity
     from eval_tasks.metrics.inputs import no_text
@@ -78,6 +80,7 @@ def diversity_scores(
     if no_text(samples):
         log.warning("all %d samples are empty; every diversity metric scored 0.", len(samples))
         return dict.fromkeys(DIVERSITY_METRICS, 0.0)
+    samples = [prefix + s for s in samples]
 
     def safe(name: str, fn: Callable[[], float]) -> float:
         try:

@@ -379,11 +379,9 @@ class DiversityTask(DistMatchTask):
 
     def process_results(self, doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
         samples = [str(s) for s in results[0]]
-        if self.resolved.get("scoring") == "prompt+response":
-            prefix = self._context(doc)
-            samples = [prefix + s for s in samples]
         return diversity_scores(
             samples,
+            prefix=self._context(doc) if self.resolved.get("scoring") == "prompt+response" else "",
             sbert_model=None if self._sbert in (None, "default") else self._sbert,
             gem_compat=bool(self.resolved.get("gem_compat")),
         )

@@ -54,13 +54,15 @@ def _group_texts(group: Any, include_prompt: bool, index: int) -> tuple[Any, Any
 def _prepared(
     groups: Iterable[Any], include_prompt: bool, allow_empty: bool
 ) -> list[tuple[Any, list[str], bool]]:
-    """(id, texts to score, whether every text to score is empty) of each prompt."""
+    """(id, texts to score, whether every sample is empty) of each prompt. The samples decide, not the texts: with
+    the prompt before each sample, a prompt whose samples are all empty would otherwise be scored as K copies of its
+    prompt (Self-BLEU calls K copies of a short prompt 100 % diverse)."""
     prepared = []
     for i, group in enumerate(groups):
         gid, texts, raw = _group_texts(group, include_prompt, i)
-        check_samples(raw, allow_empty=allow_empty, what=f"prompt #{i} (id={gid!r})")
+        raw = check_samples(raw, allow_empty=allow_empty, what=f"prompt #{i} (id={gid!r})")
         texts = check_samples(texts, allow_empty=True, what=f"prompt #{i} (id={gid!r})")
-        prepared.append((gid, texts, no_text(texts)))
+        prepared.append((gid, texts, no_text(raw)))
     if not prepared:
         raise DiversityInputError("No prompts to score (the input is empty).")
     return prepared
@@ -131,7 +133,7 @@ def corpus_diversity(
         raise ValueError(f"Unknown diversity metric(s) {unknown or metrics!r}. Valid: {', '.join(METRICS)}.")
     prepared = _prepared(groups, include_prompt, allow_empty)
     per_prompt: list[dict[str, Any]] = [{"id": gid, "num_samples": len(texts)} for gid, texts, _ in prepared]
-    # A prompt whose texts are all empty (allowed by allow_empty) has no diversity: 0 on every metric.
+    # A prompt whose samples are all empty (allowed by allow_empty) has no diversity: 0 on every metric.
     empty = [i for i, (_, _, blank) in enumerate(prepared) if blank]
     for i in empty:
         per_prompt[i].update({METRIC_KEYS[m]: 0.0 for m in metrics}, all_empty=True)
