@@ -26,7 +26,7 @@ table and IPC objects. Here, still privileged, it builds the only file system th
    ``no_new_privs`` is set, the parent-death signal set again, and a seccomp filter refuses a few system calls
    (``_SECCOMP``: memory outside every limit, new user namespaces, kernel surface no test program needs);
 5. ``_sandbox_runner.py`` is exec'ed (as this PID 1: when it exits, the kernel kills every process left in the
-   namespace) with the interpreter, and runs the program.
+   namespace) with the interpreter, and runs the program's pieces (the layout is passed on as it came).
 
 Any failure before the exec exits with status 125 and one line on stderr: the program never runs half-sandboxed
 (the harness sees that the runner never started, and raises ``SandboxUnavailable``). Standard library only (it runs
@@ -264,6 +264,7 @@ def main(argv: list[str]) -> None:
             prefixes,
             packages,
             fds,
+            layout,
         ) = argv
         real_root = root_flag == "1"
         packages = os.pathsep.join(os.path.realpath(p) for p in packages.split(os.pathsep) if p)  # as bound
@@ -295,7 +296,7 @@ def main(argv: list[str]) -> None:
     ):  # the launcher's site-packages (numpy for EvalPlus's tests) when the interpreter is another one
         env["PYTHONPATH"] = packages
     nonce_fd, verdict_fd = fds.split(",")
-    command = [python, "-s", "-B", "-c", runner, inside + "/program.py", nonce_fd, verdict_fd]
+    command = [python, "-s", "-B", "-c", runner, inside + "/program.py", nonce_fd, verdict_fd, layout]
     try:
         os.execve(python, command, env)
     except OSError as err:  # e.g. EAGAIN: the process limit; the harness raises SandboxUnavailable

@@ -2,19 +2,24 @@
 
 It runs the program and tells the harness whether the program's code ran to its end:
 
-    python -s -B -c <this source> PROGRAM NONCE_FD VERDICT_FD
+    python -s -B -c <this source> PROGRAM NONCE_FD VERDICT_FD LAYOUT
 
 1. it writes ``started`` to the verdict pipe (``VERDICT_FD``): from here on, what happens is the program's doing;
-2. it compiles PROGRAM (decoded as UTF-8 here, so a coding cookie cannot re-read the harness's checks) and runs it
-   in a fresh module named ``__program__`` (also ``sys.modules["__main__"]``; not named ``__main__``, as in the
-   reference harnesses, so a completion's ``if __name__ == "__main__":`` block does not run), with tracing and
-   profiling hooks refused (an audit hook; ``sys.settrace(None)`` / ``sys.setprofile(None)``, which doctest calls,
-   still clear them) (``sys.settrace`` / ``setprofile``
-   / ``sys.monitoring`` could jump over a failing ``assert``);
-3. only when that ``exec`` returns normally in this process (not in a forked child): it reads the harness's nonce
+2. it compiles PROGRAM (decoded as UTF-8 here, so a coding cookie cannot re-read the harness's checks) piece by
+   piece: ``LAYOUT`` gives each piece's length in characters and its first line's number less one (the file holds
+   the pieces joined by newlines); each is parsed on its own, so one that parses only together with the next fails
+   the program (a completion cannot reach across its end into the checks: a dangling decorator, bracket, string,
+   backslash or ``if`` header), and their statements make one code object, run once (no state of this runner
+   between the pieces that the program could change to skip one);
+3. it runs that in a fresh module named ``__program__`` (also ``sys.modules["__main__"]``; not named ``__main__``,
+   as in the reference harnesses, so a completion's ``if __name__ == "__main__":`` block does not run), with
+   tracing and profiling hooks refused (``sys.settrace`` / ``setprofile`` / ``sys.monitoring`` could jump over a
+   failing ``assert``; an audit hook; ``sys.settrace(None)`` / ``sys.setprofile(None)``, which doctest calls, still
+   clear them);
+4. only when that ``exec`` returns normally in this process (not in a forked child): it reads the harness's nonce
    from ``NONCE_FD`` (the nonce is in no file, argument or environment variable, and nothing of it is in this
    process before this point) and writes it to the verdict pipe;
-4. it ends the process at once with ``os._exit``: no ``atexit`` handler, thread join or finalizer of the program
+5. it ends the process at once with ``os._exit``: no ``atexit`` handler, thread join or finalizer of the program
    runs after the verdict. A program that raised ends with status 1 (``SystemExit``: its code) and the traceback
    on stderr, printed here (the program's ``sys.excepthook`` is not used).
 
@@ -30,9 +35,10 @@ import sys
 MODULE = "__program__"
 
 
-def _run(path: str, nonce_fd: int, verdict_fd: int) -> None:
+def _run(path: str, nonce_fd: int, verdict_fd: int, layout: str) -> None:
     read, write, exit_now, getpid = os.read, os.write, os._exit, os.getpid
-    run, build = exec, compile
+    run = exec
+    import ast
     import builtins
     import traceback
     import types
@@ -65,6 +71,17 @@ def _run(path: str, nonce_fd: int, verdict_fd: int) -> None:
 
         return clear
 
+    spans = [tuple(map(int, item.split(":"))) for item in layout.split(",")]
+
+    def build(text: str, filename: str, mode: str) -> types.CodeType:
+        """The program's code: each piece parsed alone (padded to its lines in the file), their statements in one
+        module."""
+        body, start = [], 0
+        for size, line in spans:
+            body += ast.parse("\n" * line + text[start : start + size], filename, mode).body
+            start += size + 1
+        return compile(ast.Module(body, []), filename, mode)
+
     def flush() -> None:
         for stream in {id(s): s for s in (*streams, sys.stdout, sys.stderr)}.values():
             try:
@@ -74,7 +91,9 @@ def _run(path: str, nonce_fd: int, verdict_fd: int) -> None:
 
     def report(err: BaseException) -> None:
         try:
-            tb = err.__traceback__.tb_next if err.__traceback__ is not None else None  # without this frame
+            tb = err.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename != path:  # this runner's frames, build's
+                tb = tb.tb_next
             text = "".join(format_exception(type(err), err, tb))
         except BaseException:  # noqa: BLE001 - the program's exception could not be formatted
             text = f"{type(err).__name__} (its message could not be formatted)\n"
@@ -125,4 +144,4 @@ def _run(path: str, nonce_fd: int, verdict_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    _run(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    _run(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -14,6 +14,14 @@ finalizer or thread join). Tracing and profiling hooks (``sys.settrace``, ``sys.
 the C API's ``PyEval_SetTrace``), which could jump over a failing ``assert``, are refused (clearing them still
 works); the source is decoded as UTF-8 by the runner (a coding cookie cannot re-read the checks).
 
+**Pieces.** `program` may be a list or tuple of pieces (the code tasks pass the prompt with the completion, the
+tests, and the entry point's call): program.py holds them joined by newlines, and the runner parses each piece on
+its own, then runs all their statements, in order, as one module (one code object: nothing between the pieces that
+the program could change at run time to skip one). So a completion cannot reach across its end into the tests: a
+completion ending with a dangling decorator (which would turn the tests' ``def check`` into a no-op), an open
+bracket, string, backslash or ``if`` / ``def`` header fails with its ``SyntaxError``, as does any piece that parses
+only together with the next one. Line numbers are those of program.py. A program given as one string is one piece.
+
 **What the program sees** (new Linux namespaces from ``unshare``: network, mount, PID, IPC, UTS; a user namespace
 too when not run as root; then ``pivot_root`` into a root built for it, the host's root detached):
 
@@ -24,12 +32,14 @@ too when not run as root; then ``pivot_root`` into a root built for it, the host
   ``/dev`` with only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and links; a read-only ``/proc`` of its
   own PID namespace (only the sandbox's processes);
 * its scratch folder ``/tmp/distmatch-sandbox-<pid>-*`` (``<pid>``: the evaluating process; working directory,
-  ``HOME``, ``TMPDIR``, ``/dev/shm``): the only writable place, a tmpfs of its own capped at
-  ``SandboxLimits.scratch_mb`` and 4,096 files; gone with the sandbox.
+  ``HOME``, ``TMPDIR``, ``/dev/shm``; on the host it is made in the evaluating process's ``TMPDIR``, wherever that
+  is): the only writable place, a tmpfs of its own capped at ``SandboxLimits.scratch_mb`` and 4,096 files; gone
+  with the sandbox.
 
-Nothing else exists there: not the host's ``/tmp``, ``/run``, ``/var``, ``/home``, ``/root``, the project, any
-Unix-domain socket file or other ``/etc`` file. **No network**: the network namespace has only a loopback that is
-down. **Limits**: CPU seconds, address space, file size, processes, 256 open files, no core files
+Nothing else exists there: not the host's ``/tmp`` (a prefix or site-packages under ``/tmp``, as in a checkout
+cloned there, shows in the sandbox's ``/tmp`` beside the scratch folder), ``/run``, ``/var``, ``/home``, ``/root``,
+the project, any Unix-domain socket file or other ``/etc`` file. **No network**: the network namespace has only a
+loopback that is down. **Limits**: CPU seconds, address space, file size, processes, 256 open files, no core files
 (``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``); as root the
 program runs as a user of its own (uid ``0x70000000`` + the launcher's PID), so its process budget is its own and
 parallel sandboxes do not share it; ``oom_score_adj`` 1000 (a host out of memory kills the sandbox first). **No
@@ -37,30 +47,35 @@ privileges**: no capabilities (empty bounding set), ``no_new_privs``, and a secc
 ``memfd_create`` / ``memfd_secret`` (memory no limit bounds), SysV shared memory and message queues, new user
 namespaces, ``userfaultfd``, ``bpf``, ``perf_event_open``, the key rings and ``io_uring``. **Environment**: only
 ``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, one BLAS/OpenMP thread and ``PYTHONPATH`` (the launcher's site-packages
-when another interpreter runs the programs). **Time**: ``timeout_s`` (at most :data:`MAX_TIMEOUT_S`) counts from the
-moment the runner starts the program; then the sandbox's PID 1 is killed, and the kernel kills every process of its
-PID namespace. **Output**: only the last :data:`OUTPUT_TAIL` bytes of stderr are kept (stdout is read and
-dropped), however much the program prints.
+when another interpreter runs the programs). **Time**: ``timeout_s`` (:data:`MIN_TIMEOUT_S` to
+:data:`MAX_TIMEOUT_S`) counts from the moment the runner starts the program; then the sandbox's PID 1 is killed,
+and the kernel kills every process of its PID namespace. **Output**: only the last :data:`OUTPUT_TAIL` bytes of
+stderr are kept (stdout is read and dropped), however much the program prints.
 
-**Refusals.** ``timeout_s`` must be a number above 0 and at most :data:`MAX_TIMEOUT_S` (one line, before anything
-runs: ``inf``, ``nan``, ``1e10`` and ``True`` are refused). Where ``unshare`` is missing, the namespaces or the root cannot be built, or the interpreter cannot be
-started (the runner never reported that it started the program), :func:`execute` raises :class:`SandboxUnavailable`:
-a sample is never failed, nor run unsandboxed, because of the sandbox. Generated code runs only after an explicit
-opt-in: ``allow=True`` (the lm-eval code tasks pass it once lm-eval has checked ``--confirm_run_unsafe_code``) or
-``DISTMATCH_ALLOW_CODE_EXECUTION=1``.
+**Refusals** (one line, before anything runs): ``timeout_s`` must be a number from :data:`MIN_TIMEOUT_S` (0.1 s) to
+:data:`MAX_TIMEOUT_S` (600 s): ``1e-9``, ``inf``, ``nan``, ``1e10`` and ``True`` are refused; each
+:class:`SandboxLimits` field an integer from 1 to its :data:`LIMIT_MAXIMA` (``memory_mb`` 65,536, ``file_size_mb``
+1,024, ``processes`` 1,024, ``scratch_mb`` 1,024: the scratch folder is the host's memory); `program` a string or a
+non-empty list or tuple of strings. Where ``unshare`` is missing, the namespaces or the root cannot be built, or the
+interpreter cannot be started (the runner never reported that it started the program), :func:`execute` raises
+:class:`SandboxUnavailable`: a sample is never failed, nor run unsandboxed, because of the sandbox. Generated code
+runs only after an explicit opt-in: ``allow=True`` (the lm-eval code tasks pass it once lm-eval has checked
+``--confirm_run_unsafe_code``) or ``DISTMATCH_ALLOW_CODE_EXECUTION=1``.
 
 **Not guaranteed**: the checks run in the program's own interpreter, and the program's functions run during them,
 so a program written against this harness can still forge a pass: by reading the nonce pipe itself, by changing the
-checks' objects through ``ctypes`` or ``gc``, or by returning an object whose ``__eq__`` is always true (as in the
-reference harnesses). The memory limit is per process (all of them: processes x ``memory_mb``). Started as another
-user than root, the sandboxes share that user's process limit. The kernel is shared: no defence against kernel
-exploits. Linux on x86-64 or ARM64 only (the system call numbers of ``pivot_root`` and the seccomp filter).
+checks' objects through ``ctypes``, ``gc`` or a thread of its own, or by returning an object whose ``__eq__`` is
+always true (as in the reference harnesses). The memory limit is per process (all of them: processes x
+``memory_mb``). Started as another user than root, the sandboxes share that user's process limit. The kernel is
+shared: no defence against kernel exploits. Linux on x86-64 or ARM64 only (the system call numbers of
+``pivot_root`` and the seccomp filter).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import secrets
 import selectors
 import shutil
@@ -78,7 +93,9 @@ from distmatch.errors import DistMatchConfigError
 
 __all__ = [
     "ALLOW_ENV",
+    "LIMIT_MAXIMA",
     "MAX_TIMEOUT_S",
+    "MIN_TIMEOUT_S",
     "ExecutionResult",
     "SandboxLimits",
     "SandboxUnavailable",
@@ -103,6 +120,11 @@ def scratch_prefix() -> str:
 
 #: The longest time limit of one program, in seconds (``timeout_s``, the code tasks' ``code_timeout``).
 MAX_TIMEOUT_S = 600
+#: The shortest one: below it no program could run its checks (the time counts from the runner's start).
+MIN_TIMEOUT_S = 0.1
+#: The largest value of each :class:`SandboxLimits` field (the smallest is 1): the scratch tmpfs and the files in it
+#: are kernel memory of the host, per sandbox; the address space is per process.
+LIMIT_MAXIMA = {"memory_mb": 65536, "file_size_mb": 1024, "processes": 1024, "scratch_mb": 1024}
 #: Bytes of the program's stderr kept (its last ones); its stdout is read and dropped.
 OUTPUT_TAIL = 8192
 #: Seconds the sandbox may take to start the program (namespaces, root, interpreter) before it counts as unavailable.
@@ -121,7 +143,8 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits of one run (defaults sized for HumanEval / MBPP test programs); positive integers."""
+    """Resource limits of one run (defaults sized for HumanEval / MBPP test programs); integers from 1 to the
+    field's :data:`LIMIT_MAXIMA`."""
 
     memory_mb: int = 1024  #: address space of each process (RLIMIT_AS)
     file_size_mb: int = 16  #: largest file the program may write (RLIMIT_FSIZE)
@@ -130,10 +153,10 @@ class SandboxLimits:
 
     def __post_init__(self) -> None:
         for field in fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            value, maximum = getattr(self, field.name), LIMIT_MAXIMA[field.name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
                 raise DistMatchConfigError(
-                    f"SandboxLimits: {field.name} must be a positive integer, got {value!r}."
+                    f"SandboxLimits: {field.name} must be an integer from 1 to {maximum}, got {value!r}."
                 )
 
 
@@ -159,14 +182,41 @@ def check_allowed(allow: bool | None = None) -> None:
 
 
 def check_timeout(timeout_s: object) -> float:
-    """`timeout_s` as seconds, or a one-line refusal: a number (not a bool) above 0 and at most
-    :data:`MAX_TIMEOUT_S` (``inf``, ``nan`` and ``1e10`` are refused)."""
+    """`timeout_s` as seconds, or a one-line refusal: a number (not a bool) from :data:`MIN_TIMEOUT_S` to
+    :data:`MAX_TIMEOUT_S` (``1e-9``, ``inf``, ``nan`` and ``1e10`` are refused)."""
     ok = isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool)
+    ok = ok and timeout_s >= MIN_TIMEOUT_S  # type: ignore[operator]
     if not (ok and 0 < timeout_s <= MAX_TIMEOUT_S):  # type: ignore[operator]  # nan fails both comparisons
         raise DistMatchConfigError(
-            f"execute: timeout_s must be a positive number of seconds, at most {MAX_TIMEOUT_S}, got {timeout_s!r}."
+            f"execute: timeout_s must be a number of seconds from {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S}, "
+            f"got {timeout_s!r}."
         )
     return float(timeout_s)  # type: ignore[arg-type]
+
+
+def _pieces(program: object) -> tuple[str, ...]:
+    """`program` as its pieces (one for a str), or a one-line refusal."""
+    if isinstance(program, str):
+        return (program,)
+    if isinstance(program, list | tuple) and program and all(isinstance(p, str) for p in program):
+        return tuple(program)
+    raise DistMatchConfigError(
+        "execute: program must be Python source (str) or a non-empty list or tuple of its pieces (str), "
+        f"got {type(program).__name__}."
+    )
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # as the tokenizer and linecache count lines
+
+
+def _layout(pieces: tuple[str, ...]) -> tuple[str, str]:
+    """program.py's text (the pieces joined by newlines) and, for the runner, each piece's length and its first
+    line's number less one, ``"length:line,..."``: a piece parsed alone keeps its line numbers in the file."""
+    text, layout = "", []
+    for piece in pieces:
+        layout.append(f"{len(piece)}:{len(_LINE_BREAK.findall(text))}")
+        text += piece + "\n"
+    return text[:-1], ",".join(layout)
 
 
 def _interpreter(real_root: bool) -> str:
@@ -201,7 +251,7 @@ def _prefixes(python: str) -> str:
 
 
 def _launcher(
-    host_dir: str, timeout_s: float, limits: SandboxLimits, real_root: bool, fds: tuple[int, int]
+    host_dir: str, timeout_s: float, limits: SandboxLimits, real_root: bool, fds: tuple[int, int], layout: str
 ) -> list[str]:
     unshare = shutil.which("unshare")
     if unshare is None:
@@ -226,6 +276,7 @@ def _launcher(
         _prefixes(python),
         _packages() if python != sys.executable else "",
         f"{fds[0]},{fds[1]}",
+        layout,
     ]
     return [unshare, *namespaces, "--", sys.executable, "-I", "-B", str(_INIT), *args]
 
@@ -344,20 +395,18 @@ def _watch(proc: subprocess.Popen[bytes], verdict_fd: int, timeout_s: float, non
 
 
 def execute(
-    program: str,
+    program: str | Sequence[str],
     timeout_s: float,
     *,
     limits: SandboxLimits | None = None,
     allow: bool | None = None,
 ) -> ExecutionResult:
-    """Run `program` (Python source) in the sandbox; passed = its code ran to its end within `timeout_s` seconds
-    (see the module docstring). Raises :class:`SandboxUnavailable` when the sandbox could not start it."""
+    """Run `program` (Python source, or its pieces: each parsed on its own, all run in order as one module) in the
+    sandbox; passed = its code ran to its end within `timeout_s` seconds (see the module docstring). Raises
+    :class:`SandboxUnavailable` when the sandbox could not start it."""
     check_allowed(allow)
     timeout = check_timeout(timeout_s)
-    if not isinstance(program, str):
-        raise DistMatchConfigError(
-            f"execute: program must be Python source (str), got {type(program).__name__}."
-        )
+    source, layout = _layout(_pieces(program))
     if limits is not None and not isinstance(limits, SandboxLimits):
         raise DistMatchConfigError(f"execute: limits must be a SandboxLimits, got {type(limits).__name__}.")
     limits = limits or SandboxLimits()
@@ -367,14 +416,14 @@ def execute(
     fds: list[int] = []
     proc: subprocess.Popen[bytes] | None = None
     try:
-        Path(host_dir, "program.py").write_text(program, encoding="utf-8")
+        Path(host_dir, "program.py").write_bytes(source.encode("utf-8"))
         nonce_r, nonce_w = os.pipe()
         fds += [nonce_r, nonce_w]
         os.write(nonce_w, nonce)
         os.close(fds.pop())
         verdict_r, verdict_w = os.pipe()
         fds += [verdict_r, verdict_w]
-        command = _launcher(host_dir, timeout, limits, real_root, (nonce_r, verdict_w))
+        command = _launcher(host_dir, timeout, limits, real_root, (nonce_r, verdict_w), layout)
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -420,7 +469,7 @@ def execute(
 
 
 def execute_many(
-    programs: Sequence[str],
+    programs: Sequence[str | Sequence[str]],
     timeout_s: float,
     *,
     workers: int | None = None,

@@ -133,16 +133,19 @@ def cut_completion(text: str) -> str:
     return text if index == -1 else text[:index]
 
 
-def completion_program(doc: Mapping[str, Any], task: str, completion: str, tests: str = "base") -> str:
-    """The program that passes when the completion of `doc` passes its tests (``base`` or ``plus``)."""
+def completion_program(
+    doc: Mapping[str, Any], task: str, completion: str, tests: str = "base"
+) -> tuple[str, ...]:
+    """The program that passes when the completion of `doc` passes its tests (``base`` or ``plus``), as the pieces
+    :func:`eval_tasks.code_execution.execute` parses each on its own: the completion cannot reach into the tests."""
     key = _spec(task).key
     code = cut_completion(completion)
     if key == "humaneval":
         # The response prefix ended with the stripped prompt, so the completion continues it (EvalPlus's join).
-        return f"{doc['prompt']}{code}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
+        return f"{doc['prompt']}{code}\n", f"{doc['test']}\n", f"check({doc['entry_point']})\n"
     imports = "\n".join(doc.get("test_imports") or [])
     body = doc["test"] if tests == "plus" else "\n".join(doc["test_list"])
-    return f"{imports}\n{code}\n\n{body}\n"
+    return imports, f"{code}\n", f"{body}\n"
 
 
 def code_documents(task: str, *, tests: str = "base", data_dir: str | None = None) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """eval_tasks.code_execution: each attack fails its sample and leaves the host as it was; the opt-in; refusals.
 
 Every attack runs for real in the sandbox (loopback addresses only, bounded time): an infinite loop, a fork loop,
-a memory hog, a write outside the scratch folder, a connection to a listener the test opens on 127.0.0.1, reading
-the parent's environment (directly and through /proc). After each: no file outside scratch, no scratch folder
+a memory hog, a connection to a listener the test opens on 127.0.0.1, reading the parent's environment (directly
+and through /proc); what a program sees and writes outside its scratch folder, in three layouts of the checkout, the
+venvs and TMPDIR: test_code_execution_layouts.py. After each: no file outside scratch, no scratch folder
 left, no process of the sandbox alive. A pass is the harness's verdict: every way of ending the interpreter before
 the checks end, or of printing or writing a marker, fails a wrong HumanEval completion.
 """
@@ -66,7 +67,7 @@ def clean_host():
     assert _sandbox_processes() == []
 
 
-def run(program: str, timeout_s: float = 3.0, **kwargs) -> ce.ExecutionResult:  # noqa: ANN003
+def run(program: str | tuple[str, ...], timeout_s: float = 3.0, **kwargs) -> ce.ExecutionResult:  # noqa: ANN003
     return ce.execute(program, timeout_s, allow=True, **kwargs)
 
 
@@ -124,24 +125,6 @@ def test_a_huge_file_is_stopped_by_the_file_size_limit(clean_host) -> None:
     result = run("open('big', 'wb').write(b'0' * (8 * 2**20))\n", limits=ce.SandboxLimits(file_size_mb=1))
     # Python ignores SIGXFSZ, so the write fails with EFBIG.
     assert not result.passed and "File too large" in result.reason
-
-
-@pytest.mark.parametrize("where", ["tmp", "world_writable_folder"])
-def test_write_outside_scratch_fails_and_leaves_no_file(clean_host, where) -> None:
-    folder = Path(tempfile.gettempdir())
-    if where == "world_writable_folder":  # even a folder everyone may write to is read-only from inside
-        folder = Path(tempfile.mkdtemp(prefix="distmatch-test-open-"))
-        folder.chmod(0o777)
-    target = folder / f"distmatch-escape-{uuid.uuid4().hex}"
-    try:
-        result = run(f"open({str(target)!r}, 'w').write('escaped')\n")
-        # The sandbox's /tmp is read-only and holds only its scratch folder: the host's folders are not there.
-        expected = "Read-only file system" if where == "tmp" else "No such file or directory"
-        assert not result.passed and expected in result.reason, result
-        assert not target.exists()
-    finally:
-        if where == "world_writable_folder":
-            shutil.rmtree(folder)
 
 
 def test_connection_to_a_loopback_listener_fails(clean_host) -> None:
@@ -213,7 +196,7 @@ def test_without_unshare_it_refuses_instead_of_running_unsandboxed(monkeypatch, 
 
 
 def test_bad_timeout_is_refused() -> None:
-    with pytest.raises(DistMatchConfigError, match="timeout_s must be a positive number"):
+    with pytest.raises(DistMatchConfigError, match="timeout_s must be a number of seconds from 0.1 to 600"):
         ce.execute("pass", 0, allow=True)
 
 
@@ -291,7 +274,7 @@ IN_CHECK = {
 }
 
 
-def humaneval_program(completion: str) -> str:
+def humaneval_program(completion: str) -> tuple[str, ...]:
     return ct.completion_program(HUMANEVAL, "distmatch_humaneval", completion)
 
 
@@ -402,39 +385,6 @@ def test_a_sandbox_that_cannot_start_the_program_raises(clean_host, monkeypatch,
 
 # ---------------------------------------------------------------------------------------------------------
 # Only what a program needs is visible.
-
-
-def test_only_the_interpreter_and_the_scratch_folder_are_visible(clean_host, tmp_path) -> None:
-    readable = tmp_path / "world-readable.txt"
-    readable.write_text("host data")
-    readable.chmod(0o644)
-    for folder in (tmp_path, *tmp_path.parents):
-        folder.chmod(folder.stat().st_mode | 0o005)
-    shown = {
-        p.split("/")[1]
-        for p in (ce._packages() + os.pathsep + ce._prefixes(ce._interpreter(True))).split(":")
-        if p
-    }
-    allowed = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "dev", "etc", "proc", "tmp"} | shown
-    program = (
-        "import os\n"
-        f"assert set(os.listdir('/')) <= {allowed!r}, os.listdir('/')\n"
-        "assert os.listdir('/tmp') == [os.path.basename(os.getcwd())], os.listdir('/tmp')\n"
-        "assert set(os.listdir('/etc')) <= {'passwd', 'group', 'hosts', 'ld.so.cache', 'localtime'}\n"
-        "assert set(os.listdir('/dev')) <= {'null', 'zero', 'full', 'random', 'urandom', 'fd', 'stdin', 'stdout', "
-        "'stderr', 'shm'}\n"
-        "assert os.listdir('.') == ['program.py']\n"
-        # Nothing is stacked over the root (the host's root, left there by pivot_root, shows at '/tmp/..').
-        "assert sorted(os.listdir('/tmp/..')) == sorted(os.listdir('/'))\n"
-        "points = [line.split()[4] for line in open('/proc/self/mountinfo')]\n"
-        "assert points.count('/') == 1 and not any(p.startswith(('/sys', '/run', '/mnt')) for p in points), points\n"
-        "open('/dev/null', 'w').write('x')\n"
-        "import sys, json\n"  # the standard library works
-        f"for path in {[str(readable), str(REPO_ROOT / 'pyproject.toml'), '/run', '/home', '/var', '/etc/shadow']!r}:\n"
-        "    assert not os.path.exists(path), path\n"
-    )
-    result = run(program)
-    assert result.passed, result.reason
 
 
 def test_a_unix_socket_of_the_host_cannot_be_reached(clean_host) -> None:
@@ -570,7 +520,7 @@ def test_threads_processes_and_numpy_still_work(clean_host) -> None:
 
 
 @pytest.mark.parametrize(
-    "timeout", [math.inf, 1e10, 10**10, ce.MAX_TIMEOUT_S + 1, math.nan, True, -1, 0, "3", None]
+    "timeout", [math.inf, 1e10, 10**10, ce.MAX_TIMEOUT_S + 1, math.nan, True, -1, 0, 1e-9, 0.09, "3", None]
 )
 def test_a_timeout_out_of_range_is_refused_before_anything_runs(clean_host, timeout) -> None:
     for call in (
@@ -578,7 +528,7 @@ def test_a_timeout_out_of_range_is_refused_before_anything_runs(clean_host, time
         lambda: ce.execute_many(["pass"], timeout, allow=True),
     ):
         with pytest.raises(
-            DistMatchConfigError, match="timeout_s must be a positive number of seconds, at most 600"
+            DistMatchConfigError, match=r"timeout_s must be a number of seconds from 0\.1 to 600, got"
         ) as err:
             call()
         assert "\n" not in str(err.value)
@@ -586,12 +536,33 @@ def test_a_timeout_out_of_range_is_refused_before_anything_runs(clean_host, time
 
 def test_the_longest_timeout_is_accepted(clean_host) -> None:
     assert run("pass", timeout_s=ce.MAX_TIMEOUT_S).passed
+    # The shortest runs the program too (whether it passes in 0.1 s depends on the machine's load).
+    assert isinstance(run("pass", timeout_s=ce.MIN_TIMEOUT_S), ce.ExecutionResult)
 
 
 @pytest.mark.parametrize("field", ["memory_mb", "file_size_mb", "processes", "scratch_mb"])
 def test_bad_limits_are_refused(field) -> None:
-    for value in (0, -1, 1.5, True, "8"):
-        with pytest.raises(DistMatchConfigError, match=f"SandboxLimits: {field} must be a positive integer"):
+    maximum = ce.LIMIT_MAXIMA[field]
+    for value in (0, -1, 1.5, True, "8", maximum + 1, 10**7):
+        with pytest.raises(
+            DistMatchConfigError, match=f"SandboxLimits: {field} must be an integer from 1 to {maximum}, got"
+        ) as err:
             ce.SandboxLimits(**{field: value})
+        assert "\n" not in str(err.value)
     with pytest.raises(DistMatchConfigError, match="execute_many: workers must be a positive integer, got 0"):
         ce.execute_many(["pass"], 3.0, workers=0, allow=True)
+
+
+def test_the_largest_limits_are_accepted_and_set(clean_host) -> None:
+    """Each field's maximum is a limit the kernel takes: the program meets exactly those limits and the scratch size."""
+    top = ce.LIMIT_MAXIMA
+    program = (
+        "import os, resource as r\n"
+        f"assert r.getrlimit(r.RLIMIT_AS) == ({top['memory_mb']} * 2**20,) * 2\n"
+        f"assert r.getrlimit(r.RLIMIT_FSIZE) == ({top['file_size_mb']} * 2**20,) * 2\n"
+        f"assert r.getrlimit(r.RLIMIT_NPROC) == ({top['processes']},) * 2\n"
+        "v = os.statvfs('.')\n"
+        f"assert v.f_blocks * v.f_frsize == {top['scratch_mb']} * 2**20, v\n"
+    )
+    result = ce.execute_many([program], 5.0, limits=ce.SandboxLimits(**top), allow=True)[0]
+    assert result.passed, result.reason
