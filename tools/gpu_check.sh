@@ -5,6 +5,11 @@
 # result and summary.md under $OUT (or --out DIR). The whole run stays within one 9-minute command (535 s).
 #   tools/gpu_check.sh                        # on the GPU machine
 #   tools/gpu_check.sh --device cpu --out D   # the CPU dry run (tiny shapes)
+# The interpreter: $PYTHON; unset, the repository's .venv when it exists (this checkout's), else python3 (the GPU
+# image's). One without torch is refused in one line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec timeout -k 10 "${GPU_CHECK_TIMEOUT:-535}" "${PYTHON:-python3}" tools/gpu_check.py "$@"
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x .venv/bin/python ]; then PYTHON="$PWD/.venv/bin/python"; else PYTHON=python3; fi
+fi
+exec timeout -k 10 "${GPU_CHECK_TIMEOUT:-535}" "$PYTHON" tools/gpu_check.py "$@"
