@@ -19,7 +19,14 @@ from pydantic import BaseModel, Field, create_model, field_validator, model_vali
 from distmatch.errors import one_edit_apart
 from trl_ext.checks import DistMatchConfigError, check_option_usage
 from trl_ext.cost_embedding import check_configured
-from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, loss_params
+from trl_ext.options import (
+    DISTMATCH_LOSSES,
+    LOSS_OPTIONS,
+    check_fused_settings,
+    loss_params,
+    run_device_type,
+    with_path_env_fallback,
+)
 
 #: Options that are also Axolotl's own keys (its `use_eaft` reads `eaft_alpha` / `eaft_k`): without a distmatch
 #: `loss` they belong to Axolotl and are not refused.
@@ -148,6 +155,8 @@ class _DistMatchArgs(BaseModel):
         _check_keys(raw, set(getattr(cls, "model_fields", {})))
         if raw.get("loss") in DISTMATCH_LOSSES:
             _raise_conflicts(raw["loss"], raw)
+            # The path settings the YAML leaves unset: their environment fallback, validated and recorded as keys.
+            data = raw = with_path_env_fallback(raw)
         _check_options(raw)
         model = handler(data)  # Axolotl's and the other plugins' defaults are applied now
         loss = getattr(model, "loss", None)
@@ -202,6 +211,7 @@ def _check_options(raw: Mapping[str, Any]) -> None:
         loss_params(loss, written)  # the TRL config's check: valid in both frameworks or in neither
     except ValueError as err:
         raise DistMatchConfigError(str(err)) from None
+    check_fused_settings(loss, written, run_device_type())
     check_configured(loss, written, raw.get("base_model_config") or raw.get("base_model"))
 
 

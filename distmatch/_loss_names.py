@@ -1,7 +1,7 @@
 # Generated from the loss specs by `python tools/generate.py`; do not edit (`--check` compares).
 """The names of the losses and of their options, for the layers that must not import torch.
 
-Written from `trl_ext.losses.LOSS_NAMES`, `trl_ext.losses.registry.OPTIONS` and `trl_ext.resume`; the
+Written from `trl_ext.losses.LOSS_NAMES`, `trl_ext.options.LOSS_OPTIONS` and `trl_ext.resume`; the
 activation hooks read them through `distmatch_hooks._common`.
 """
 
@@ -20,7 +20,7 @@ LOSS_NAMES = (
     "asft",
     "sft_kl",
 )
-#: The loss options' config keys, the same in TRL and Axolotl (`trl_ext.options.LOSS_OPTIONS`).
+#: The options' config keys, the same in TRL and Axolotl (`trl_ext.options.LOSS_OPTIONS`; paths' last).
 LOSS_OPTION_NAMES = (
     "emo_cost_embedding",
     "emo_weighting",
@@ -39,6 +39,10 @@ LOSS_OPTION_NAMES = (
     "prob_max_p",
     "anchor_reference",
     "anchor_kl_weight",
+    "loss_chunk_memory_mb",
+    "loss_chunk_logits",
+    "loss_grad_weight_accum",
+    "loss_kernels",
 )
 #: The distmatch settings that are not loss options (same names in TRL and Axolotl; `trl_ext.resume`).
 RUN_OPTION_NAMES = (

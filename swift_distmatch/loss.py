@@ -29,7 +29,15 @@ from swift.trainers.mixin import SwiftMixin
 from distmatch.errors import DistMatchConfigError, print_config_errors_as_one_line
 from trl_ext.checks import check_option_usage, framework_conflicts, raise_conflicts
 from trl_ext.losses import IGNORE_INDEX, LOSS_NAMES, LOSSES, token_loss
-from trl_ext.options import DISTMATCH_LOSSES, LOSS_OPTIONS, loss_params
+from trl_ext.options import (
+    DISTMATCH_LOSSES,
+    LOSS_OPTIONS,
+    check_fused_settings,
+    fused_settings,
+    loss_params,
+    run_device_type,
+    with_path_env_fallback,
+)
 
 from . import OPTIONS_ENV
 
@@ -137,12 +145,14 @@ class DistMatchSwiftLoss(BaseLoss):
         template = getattr(trainer, "template", None)  # sequence parallelism is the template's setting
         settings["sequence_parallel_size"] = getattr(template, "sequence_parallel_size", None)
         raise_conflicts(name, framework_conflicts(settings, SWIFT_CONFLICTS))
-        options = read_options()
+        options = with_path_env_fallback(read_options())
         check_option_usage(name, options, LOSS_OPTIONS, DISTMATCH_LOSSES)
         try:
             self.params: dict[str, Any] = loss_params(name, options)
+            self.settings = fused_settings(options)
         except ValueError as err:
             raise DistMatchConfigError(f"{OPTIONS_ENV}: {err}") from None
+        check_fused_settings(name, options, run_device_type(bool(getattr(args, "use_cpu", False))))
 
     def __call__(
         self,
@@ -161,7 +171,12 @@ class DistMatchSwiftLoss(BaseLoss):
             )
         targets = shift_labels(labels).reshape(-1).to(logits.device)
         per_token, stats = token_loss(
-            self.loss_name, logits.reshape(-1, logits.shape[-1]), targets, return_stats=True, **self.params
+            self.loss_name,
+            logits.reshape(-1, logits.shape[-1]),
+            targets,
+            return_stats=True,
+            settings=self.settings,
+            **self.params,
         )
         if loss_scale is not None:
             per_token = per_token * loss_scale.reshape(-1).to(per_token.dtype)

@@ -40,20 +40,20 @@ def _tuple(name: str, values: tuple[str, ...], doc: str) -> str:
 
 def names_module() -> str:
     from trl_ext.losses import LOSS_NAMES
-    from trl_ext.losses.registry import OPTIONS
+    from trl_ext.options import LOSS_OPTIONS
     from trl_ext.resume import ALLOW_CHANGE, OVERWRITE
 
     return (
         f"# Generated from the loss specs by `{COMMAND}`; do not edit (`--check` compares).\n"
         '"""The names of the losses and of their options, for the layers that must not import torch.\n\n'
-        "Written from `trl_ext.losses.LOSS_NAMES`, `trl_ext.losses.registry.OPTIONS` and `trl_ext.resume`; the\n"
+        "Written from `trl_ext.losses.LOSS_NAMES`, `trl_ext.options.LOSS_OPTIONS` and `trl_ext.resume`; the\n"
         "activation hooks read them through `distmatch_hooks._common`.\n"
         '"""\n\n'
         + _tuple("LOSS_NAMES", tuple(LOSS_NAMES), "The losses of `trl_ext.losses`, in the registry's order.")
         + _tuple(
             "LOSS_OPTION_NAMES",
-            tuple(OPTIONS),
-            "The loss options' config keys, the same in TRL and Axolotl (`trl_ext.options.LOSS_OPTIONS`).",
+            tuple(o.name for o in LOSS_OPTIONS),
+            "The options' config keys, the same in TRL and Axolotl (`trl_ext.options.LOSS_OPTIONS`; paths' last).",
         )
         + _tuple(
             "RUN_OPTION_NAMES",

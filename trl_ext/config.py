@@ -26,8 +26,12 @@ from .options import (
     DISTMATCH_LOSSES,
     LOSS_OPTIONS,
     OPTION_DEFAULTS,
+    PATH_OPTION_NAMES,
+    check_fused_settings,
     loss_params,
     options_of,
+    path_options_from_env,
+    run_device_type,
 )
 
 # TRL 1.7 - 1.14 declare `loss_type: str | None = None` without `choices` (the values are only in the help text).
@@ -103,6 +107,12 @@ class _DistMatchSFTConfig(SFTConfig):
         self._set_loss_type()
 
     def _check_distmatch(self) -> None:
+        if (
+            self.loss in DISTMATCH_LOSSES
+        ):  # the path settings' environment fallback, recorded like set options
+            unset = [name for name in PATH_OPTION_NAMES if getattr(self, name) is None]
+            for name, value in path_options_from_env(unset).items():
+                setattr(self, name, value)
         check_option_usage(self.loss, self.set_loss_options(), LOSS_OPTIONS, DISTMATCH_LOSSES)
         if (
             self.loss is not None and self.loss not in LOSS_CHOICES
@@ -118,6 +128,7 @@ class _DistMatchSFTConfig(SFTConfig):
             # Validate the hyper-parameters (and a cost-embedding model's config) now, not at the first step.
             try:
                 loss_params(self.loss, self.loss_options())
+                check_fused_settings(self.loss, self.loss_options(), run_device_type(bool(self.use_cpu)))
                 check_configured(self.loss, self.loss_options())
             except DistMatchConfigError:
                 raise

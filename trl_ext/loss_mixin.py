@@ -25,7 +25,7 @@ from .cost_embedding import resolve_cost_embedding, save_for_debugging, training
 from .losses import LOSSES
 from .model_card import add_section
 from .model_forward import LossRequest, install_loss_forward
-from .options import DISTMATCH_LOSSES, cost_embedding_option, loss_params
+from .options import DISTMATCH_LOSSES, cost_embedding_option, fused_settings, loss_params
 from .resume import Resume, checkpoint_folder, resolve_resume, used_options, write_record
 from .teardown import release_process_groups_at_exit
 
@@ -126,7 +126,12 @@ class DistMatchLossMixin:
             cost_embedding, live = resolve_cost_embedding(target, options[source])
             save_for_debugging(cost_embedding)
         self.distmatch_request = LossRequest(
-            name=loss, params=params, cost_embedding=cost_embedding, live_cost=live, reference=reference
+            name=loss,
+            params=params,
+            cost_embedding=cost_embedding,
+            live_cost=live,
+            reference=reference,
+            settings=fused_settings(options),
         )
         self._distmatch_active = (loss, used_options(loss, options))
 

@@ -43,7 +43,7 @@ from .cost_embedding import (
     frozen_head_copy as frozen_head_copy,  # benchmarks/bench_sharded_loss.py imports it from here
 )
 from .cost_embedding.head import head_sharding, is_dtensor, is_fsdp2_linear
-from .losses import IGNORE_INDEX, TokenStats, fused_token_loss, token_loss
+from .losses import IGNORE_INDEX, FusedSettings, TokenStats, fused_token_loss, token_loss
 
 _PATCHED_FLAG = "_distmatch_forward_installed"
 _LOGGED_FLAG = "_distmatch_paths_logged"
@@ -63,6 +63,8 @@ class LossRequest:
     chunk_size: int | None = None
     # The anchored losses' frozen reference model (`trl_ext.anchor`): its hidden states and head go to the loss.
     reference: Reference | None = None
+    # How the chunked and fused paths run (the run's `loss_chunk_memory_mb`, ... options); None: the environment's.
+    settings: FusedSettings | None = None
 
 
 @dataclass
@@ -197,6 +199,7 @@ def compute_request(
                 flat_targets,
                 return_stats=True,
                 chunk_size=request.chunk_size,
+                settings=request.settings,
                 **params,
             )
             return loss
@@ -221,6 +224,7 @@ def compute_request(
             flat_targets,
             return_stats=True,
             chunk_size=request.chunk_size,
+            settings=request.settings,
             **params,
         )
     shape = targets.shape

@@ -84,11 +84,13 @@ def _plain(value: Any) -> Any:
 
 
 def used_options(loss: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options `loss` uses (defaults filled in, as JSON gives them back): two settings train the same
-    objective when their loss and these are equal."""
+    """The options `loss` uses (defaults filled in, as JSON gives them back), and the memory-efficient paths'
+    settings that differ from their defaults: two settings train the same run when their loss and these are equal.
+    (The record's `options` hold every option; the history, the messages and the model card these.)"""
     if loss not in DISTMATCH_LOSSES:
         return {}
-    return {o.name: _plain(options.get(o.name, o.default)) for o in options_of(loss)}
+    values = {o.name: (o, _plain(options.get(o.name, o.default))) for o in options_of(loss)}
+    return {name: value for name, (o, value) in values.items() if not (o.path and value == _plain(o.default))}
 
 
 def references_of(loss: str, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -151,6 +151,35 @@ def test_axolotl_train_refuses_in_one_line(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("env", "overrides", "expected"),
+    [
+        (
+            {"DISTMATCH_CHUNK_MEMORY_MB": "abc"},
+            {},
+            "error: DISTMATCH_CHUNK_MEMORY_MB='abc' is invalid; expected a",
+        ),
+        (
+            {"DISTMATCH_GRAD_WEIGHT_ACCUM": "tiles"},
+            {},
+            "error: loss='gem_ls': loss_grad_weight_accum='tiles' needs",
+        ),
+        ({}, {"loss_kernels": "triton"}, "error: loss='gem_ls': loss_kernels='triton' cannot run here"),
+    ],
+    ids=["env_not_a_number", "env_tiles_on_cpu", "yaml_triton_on_cpu"],
+)
+def test_axolotl_train_refuses_a_path_setting_before_the_model_loads(
+    assets, project_venv, warm_axolotl, tmp_path, env, overrides, expected
+) -> None:
+    """The memory-efficient paths' settings, from the environment or the YAML, are checked with the other options
+    (they were checked at the first training step, after about 310 lines of loading and two tracebacks)."""
+    cfg = tiny_config(assets, tmp_path / "out", loss="gem_ls", **overrides)
+    cfg.pop("plugins")
+    line = _one_line_error(_axolotl_train(project_venv, cfg, tmp_path, warm_axolotl, **env))
+    assert line.startswith(expected), line
+    assert not (tmp_path / "out").exists()
+
+
 def test_axolotl_train_stops_when_the_plugin_fails_to_import(assets, project_venv, tmp_path) -> None:
     """A plugin that cannot be imported is an error, never a skipped plugin (the fault: a broken plugin module
     earlier on the path)."""

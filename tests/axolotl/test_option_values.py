@@ -17,13 +17,21 @@ from pydantic import ValidationError  # noqa: E402
 from tests.helpers.axolotl_cases import PLUGIN, tiny_config, validate  # noqa: E402
 from tests.helpers.option_cases import (  # noqa: E402
     DEFAULT_PARAMS,
+    DEFAULT_SETTINGS,
+    ENV_INVALID,
     INVALID,
+    PATH_ACCEPTED,
+    PATH_ENV,
+    PATH_NEEDS_KERNEL,
+    PATH_REFUSED_VALUES,
     VALID,
     case_id,
     expected_params,
+    expected_settings,
+    kernel_refusal,
     refusal,
 )
-from trl_ext.options import loss_params  # noqa: E402
+from trl_ext.options import fused_settings, loss_params  # noqa: E402
 
 
 def _trainer_options(assets, tmp_path, loss, **options):
@@ -61,3 +69,55 @@ def test_value_outside_its_bounds_fails_validation(assets, tmp_path, option, val
     with pytest.raises(ValidationError) as info:
         validate(tiny_config(assets, tmp_path, loss=loss, **{option: value}), gpu=False)
     assert refusal(option, value) in str(info.value)
+
+
+# ---- the memory-efficient paths' settings (options of every loss) ------------------------------------------------
+
+
+def _settings(options) -> dict:
+    settings = fused_settings(options)
+    return {name: getattr(settings, name) for name in DEFAULT_SETTINGS}
+
+
+@pytest.mark.parametrize(("option", "value"), PATH_ACCEPTED, ids=[case_id(*c) for c in PATH_ACCEPTED])
+def test_a_path_setting_reaches_the_trainer(assets, tmp_path, monkeypatch, option, value):
+    monkeypatch.delenv(PATH_ENV[option], raising=False)
+    options = _trainer_options(assets, tmp_path, "gem_ls", **{option: value})
+    assert options[option] == value and _settings(options) == expected_settings(option, value)
+
+
+@pytest.mark.parametrize(("option", "value"), PATH_ACCEPTED, ids=[case_id(*c) for c in PATH_ACCEPTED])
+def test_the_environment_fills_an_unset_path_setting(assets, tmp_path, monkeypatch, option, value):
+    monkeypatch.setenv(PATH_ENV[option], str(value))
+    options = _trainer_options(assets, tmp_path, "gem_ls")
+    assert options[option] == value and _settings(options) == expected_settings(option, value)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), PATH_REFUSED_VALUES, ids=[case_id(*c) for c in PATH_REFUSED_VALUES]
+)
+def test_a_path_setting_out_of_range_fails_validation(assets, tmp_path, option, value):
+    with pytest.raises(ValidationError) as info:
+        validate(tiny_config(assets, tmp_path, loss="gem_ls", **{option: value}), gpu=False)
+    assert option in str(info.value) and str(value) in str(info.value)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the kernel could run here")
+@pytest.mark.parametrize(("option", "value"), PATH_NEEDS_KERNEL, ids=[case_id(*c) for c in PATH_NEEDS_KERNEL])
+def test_a_setting_the_kernel_must_run_fails_validation_without_cuda(
+    assets, tmp_path, monkeypatch, option, value
+):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValidationError) as info:
+        validate(tiny_config(assets, tmp_path, loss="gem_ls", **{option: value}), gpu=False)
+    assert kernel_refusal(option, value) in str(info.value) and "no CUDA device" in str(info.value)
+
+
+@pytest.mark.parametrize(("variable", "text"), ENV_INVALID, ids=[f"{v}={t!r}" for v, t in ENV_INVALID])
+def test_a_bad_environment_value_fails_validation_naming_the_variable(
+    assets, tmp_path, monkeypatch, variable, text
+):
+    monkeypatch.setenv(variable, text)
+    with pytest.raises(ValidationError) as info:
+        validate(tiny_config(assets, tmp_path, loss="gem_ls"), gpu=False)
+    assert f"{variable}={text!r} is invalid; expected " in str(info.value)

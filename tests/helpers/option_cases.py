@@ -119,3 +119,73 @@ def refusal(option: str, value: Any) -> str:
 
 def case_id(option: str, value: Any) -> str:
     return f"{option}={value}"
+
+
+# ---- the memory-efficient paths' settings: options of every loss, a `FusedSettings` field each (docs/losses.md) --
+
+#: option -> the `FusedSettings` field it sets.
+PATH_FIELDS: dict[str, str] = {
+    "loss_chunk_memory_mb": "chunk_memory_mb",
+    "loss_chunk_logits": "chunk_logits",
+    "loss_grad_weight_accum": "grad_weight_accum",
+    "loss_kernels": "kernels",
+}
+#: The option -> environment variable each falls back to when unset.
+PATH_ENV: dict[str, str] = {
+    "loss_chunk_memory_mb": "DISTMATCH_CHUNK_MEMORY_MB",
+    "loss_chunk_logits": "DISTMATCH_CHUNK_LOGITS",
+    "loss_grad_weight_accum": "DISTMATCH_GRAD_WEIGHT_ACCUM",
+    "loss_kernels": "DISTMATCH_KERNELS",
+}
+#: The settings of a run that sets none (unset budget: 128 MiB on a CPU, 512 on CUDA).
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "chunk_memory_mb": None,
+    "chunk_logits": "float32",
+    "grad_weight_accum": "float32",
+    "kernels": "auto",
+}
+#: Accepted on a machine without CUDA: the budget's bounds (above 0, at most 1 TiB = 1048576 MiB) and the values that
+#: need no Triton kernel.
+PATH_ACCEPTED: list[tuple[str, Any]] = [
+    ("loss_chunk_memory_mb", 1e-3),
+    ("loss_chunk_memory_mb", 1048576.0),
+    ("loss_chunk_logits", "float32"),
+    ("loss_grad_weight_accum", "weight"),
+    ("loss_kernels", "torch"),
+]
+#: Refused everywhere.
+PATH_REFUSED_VALUES: list[tuple[str, Any]] = [
+    ("loss_chunk_memory_mb", 0.0),
+    ("loss_chunk_memory_mb", -5.0),
+    ("loss_chunk_memory_mb", 1048577.0),
+    ("loss_chunk_logits", "bf16"),
+    ("loss_grad_weight_accum", "fp8"),
+    ("loss_kernels", "tritn"),
+]
+#: Valid values that need the Triton row kernel: refused before the model loads where it cannot run (no CUDA).
+PATH_NEEDS_KERNEL: list[tuple[str, Any]] = [
+    ("loss_chunk_logits", "input"),
+    ("loss_grad_weight_accum", "tiles"),
+    ("loss_kernels", "triton"),
+]
+#: Environment values refused in one line naming the variable: misspelt, padded, not a number, out of range.
+ENV_INVALID: list[tuple[str, str]] = [
+    ("DISTMATCH_CHUNK_MEMORY_MB", "abc"),
+    ("DISTMATCH_CHUNK_MEMORY_MB", "nan"),
+    ("DISTMATCH_CHUNK_MEMORY_MB", "0"),
+    ("DISTMATCH_CHUNK_MEMORY_MB", "-5"),
+    ("DISTMATCH_CHUNK_LOGITS", "inputs"),
+    ("DISTMATCH_GRAD_WEIGHT_ACCUM", " Weight "),
+    ("DISTMATCH_GRAD_WEIGHT_ACCUM", "wieght"),
+    ("DISTMATCH_KERNELS", "tritn"),
+]
+
+
+def expected_settings(option: str, value: Any) -> dict[str, Any]:
+    """The `FusedSettings` fields a run gets when only path option `option` is set to `value`."""
+    return {**DEFAULT_SETTINGS, PATH_FIELDS[option]: value}
+
+
+def kernel_refusal(option: str, value: Any) -> str:
+    """The part of the one-line error every integration prints for a setting the kernel must run, without CUDA."""
+    return f"{option}={value!r}"

@@ -13,7 +13,7 @@ import pytest
 import distmatch_hooks.axolotl as axolotl_hook
 import distmatch_hooks.trl as trl_hook
 from distmatch._loss_names import LOSS_NAMES, LOSS_OPTION_NAMES
-from tests.helpers.option_cases import DEFAULT_PARAMS, INVALID, OPTION_PARAMS, VALID, case_id
+from tests.helpers.option_cases import DEFAULT_PARAMS, INVALID, OPTION_PARAMS, PATH_FIELDS, VALID, case_id
 
 #: Every option once at 0 (valid or not: a refusal also needs the hook), then the table's edge values.
 VALUES: list[tuple[str, Any]] = [
@@ -28,9 +28,8 @@ VALUES: list[tuple[str, Any]] = [
 def test_the_option_table_covers_every_loss_and_option():
     """A new loss or option (the names generated from the specs) needs its rows in tests/helpers/option_cases.py."""
     assert set(DEFAULT_PARAMS) == set(LOSS_NAMES)
-    assert {*OPTION_PARAMS, "emo_cost_embedding", "anchor_reference"} == set(
-        LOSS_OPTION_NAMES
-    )  # the cost embedding and the reference model: sources, no value
+    # the cost embedding and the reference model: sources, no value; the paths' settings: no loss parameter
+    assert {*OPTION_PARAMS, *PATH_FIELDS, "emo_cost_embedding", "anchor_reference"} == set(LOSS_OPTION_NAMES)
     assert {option for option, _ in VALID} == set(OPTION_PARAMS)
 
 

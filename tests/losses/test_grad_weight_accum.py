@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from trl_ext.losses import fused_token_loss, token_loss
-from trl_ext.losses.chunked import CHUNK_LOGITS_ENV, CHUNK_MEMORY_ENV, GRAD_WEIGHT_ACCUM_ENV, _Plan
+from trl_ext.losses.chunked import CHUNK_LOGITS_ENV, GRAD_WEIGHT_ACCUM_ENV, _Plan
+from trl_ext.losses.settings import FusedSettings
 
 
 def _inputs(dtype: torch.dtype, n: int = 512, d: int = 32, v: int = 5000):  # v > one vocabulary tile (4096)
@@ -68,7 +69,10 @@ def test_float32_head_is_unaffected(monkeypatch):
 def test_bad_value_is_refused(monkeypatch):
     hidden, weight, labels = _inputs(torch.bfloat16, n=8, v=16)
     monkeypatch.setenv(GRAD_WEIGHT_ACCUM_ENV, "fp8")
-    with pytest.raises(ValueError, match="must be 'float32', 'weight', 'tiles', got 'fp8'"):
+    with pytest.raises(
+        ValueError,
+        match="DISTMATCH_GRAD_WEIGHT_ACCUM='fp8' is invalid; expected one of 'float32', 'weight', 'tiles'",
+    ):
         _grad(hidden, weight, labels, None)
 
 
@@ -78,7 +82,10 @@ def test_tiles_without_the_triton_kernel_are_refused_on_the_fused_path_only(monk
     hidden, weight, labels = _inputs(torch.float32, n=8, v=16)
     monkeypatch.setenv(GRAD_WEIGHT_ACCUM_ENV, "tiles")
     monkeypatch.setenv("DISTMATCH_KERNELS", "torch")
-    with pytest.raises(ValueError, match="DISTMATCH_GRAD_WEIGHT_ACCUM=tiles needs the Triton row kernel"):
+    with pytest.raises(
+        ValueError,
+        match=r"grad_weight_accum='tiles' \(loss_grad_weight_accum, DISTMATCH_GRAD_WEIGHT_ACCUM\) needs the Triton row kernel",
+    ):
         _grad(hidden, weight, labels, None)
     logits = (hidden @ weight.T).requires_grad_()
     token_loss("ce", logits, labels).sum().backward()
@@ -94,7 +101,9 @@ def test_tiles_without_the_triton_kernel_are_refused_on_the_fused_path_only(monk
 def test_chunk_logits_bad_value_is_refused(monkeypatch):
     hidden, weight, labels = _inputs(torch.bfloat16, n=8, v=16)
     monkeypatch.setenv(CHUNK_LOGITS_ENV, "bf16")
-    with pytest.raises(ValueError, match="DISTMATCH_CHUNK_LOGITS must be 'float32' or 'input', got 'bf16'"):
+    with pytest.raises(
+        ValueError, match="DISTMATCH_CHUNK_LOGITS='bf16' is invalid; expected one of 'float32', 'input'"
+    ):
         _grad(hidden, weight, labels, None)
 
 
@@ -103,7 +112,10 @@ def test_input_dtype_chunk_logits_without_the_triton_kernel_are_refused(monkeypa
     hidden, weight, labels = _inputs(torch.bfloat16, n=8, v=16)
     monkeypatch.setenv(CHUNK_LOGITS_ENV, "input")
     monkeypatch.setenv("DISTMATCH_KERNELS", "torch")
-    with pytest.raises(ValueError, match="DISTMATCH_CHUNK_LOGITS=input needs the Triton row kernel"):
+    with pytest.raises(
+        ValueError,
+        match=r"chunk_logits='input' \(loss_chunk_logits, DISTMATCH_CHUNK_LOGITS\) needs the Triton row kernel",
+    ):
         _grad(hidden, weight, labels, None)
 
 
@@ -123,14 +135,18 @@ def test_input_dtype_chunk_logits_leave_float32_inputs_alone(monkeypatch):
         (False, torch.float32, 3840, 1280),
     ],
 )
-def test_tiles_blocks_fit_the_chunk_budget_at_llama3s_head(monkeypatch, emo, logits, rows, tile):
+def test_tiles_blocks_fit_the_chunk_budget_at_llama3s_head(emo, logits, rows, tile):
     """`tiles` at Llama-3-8B's head on CUDA (bf16 operands; N 7393 valid rows, d 4096, V 128256) with a 60 MiB budget:
     a row block's rows of h (EMO: and of the cost embedding) take at most half, its [rows, tile] block (EMO: and the
     float32 similarity; float32 logits: and their bf16 copy) the rest, the tile a multiple of 128 that no wider one
     would fit."""
-    monkeypatch.setenv(CHUNK_MEMORY_ENV, "60")
-    plan = SimpleNamespace(cdtype=torch.float32, matmul_dtype=torch.bfloat16, logits_dtype=logits,
-                           cost_embedding=object() if emo else None)  # fmt: skip
+    plan = SimpleNamespace(
+        cdtype=torch.float32,
+        matmul_dtype=torch.bfloat16,
+        logits_dtype=logits,
+        cost_embedding=object() if emo else None,
+        settings=FusedSettings(chunk_memory_mb=60),
+    )
     got = _Plan.tile_shape(plan, 7393, 4096, 128256, torch.device("cuda"))
     assert got == (rows, tile)
     per_row = 4096 * 2 * (2 if emo else 1)

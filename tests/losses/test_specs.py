@@ -18,8 +18,9 @@ import torch
 
 import tests.helpers.loss_oracles as O
 from tests.helpers.env import REPO_ROOT
-from trl_ext.losses import LOSSES, fused_token_loss, reference_token_loss, token_loss
+from trl_ext.losses import LOSS_NAMES, LOSSES, fused_token_loss, reference_token_loss, token_loss
 from trl_ext.losses.registry import OPTION_LOSSES, OPTIONS, TRITON_LOSSES, _check_spec
+from trl_ext.losses.settings import OPTIONS as PATH_OPTIONS
 from trl_ext.losses.spec import LossSpec, Option, Param
 from trl_ext.options import LOSS_OPTIONS, losses_table, options_table
 
@@ -87,8 +88,12 @@ def test_ce_weighted_losses_share_the_closed_form():
 
 
 def test_options_come_from_the_specs():
-    assert [o.name for o in LOSS_OPTIONS] == list(OPTIONS)
-    for option in LOSS_OPTIONS:
+    assert [o.name for o in LOSS_OPTIONS if not o.path] == list(OPTIONS)
+    # the paths' settings: options of every loss, defined once beside `FusedSettings`
+    assert [(o.name, o.param, o.losses) for o in LOSS_OPTIONS if o.path] == [
+        (o.name, o.param, LOSS_NAMES) for o in PATH_OPTIONS
+    ]
+    for option in (o for o in LOSS_OPTIONS if not o.path):
         spec_option = OPTIONS[option.name]
         assert (option.default, option.help, option.param) == (
             spec_option.default,
@@ -123,7 +128,7 @@ def test_axolotl_args_are_built_from_the_specs():
     from distmatch_hooks._common import RUN_OPTION_NAMES
 
     fields = DistMatchArgs.model_fields
-    assert set(fields) == {"loss", *RUN_OPTION_NAMES, *OPTIONS}  # `allow_loss_change`: trl_ext/resume.py
+    assert set(fields) == {"loss", *RUN_OPTION_NAMES, *(o.name for o in LOSS_OPTIONS)}  # trl_ext/resume.py
     for option in LOSS_OPTIONS:
         assert fields[option.name].json_schema_extra["description"].startswith(option.help)
 
@@ -132,7 +137,7 @@ def test_hook_names_every_option():
     import distmatch_hooks.trl as hook
     from distmatch_hooks._common import RUN_OPTION_NAMES
 
-    assert set(hook.OPTION_NAMES) == {"loss", *RUN_OPTION_NAMES, *OPTIONS}
+    assert set(hook.OPTION_NAMES) == {"loss", *RUN_OPTION_NAMES, *(o.name for o in LOSS_OPTIONS)}
 
 
 def _readme_block(name: str) -> str:

@@ -23,6 +23,7 @@ from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
 from trl_ext.losses import row_backends as kernels_module
 from trl_ext.losses.row_backends import KERNELS_ENV, TRITON_LOSSES, select_row_math
 from trl_ext.losses.rows import chunk_math
+from trl_ext.losses.settings import FusedSettings
 from trl_ext.losses.spec import N_COEF
 
 ON_CUDA = torch.cuda.is_available()
@@ -49,8 +50,7 @@ def test_auto_uses_torch_off_cuda(monkeypatch):
     monkeypatch.delenv(KERNELS_ENV, raising=False)
     for name in TRITON_LOSSES:
         assert select_row_math(name, torch.device("cpu"), torch.float32) is chunk_math
-    monkeypatch.setenv(KERNELS_ENV, "torch")
-    assert select_row_math("emo", torch.device("cpu"), torch.float32) is chunk_math
+    assert select_row_math("emo", torch.device("cpu"), torch.float32, "torch") is chunk_math
 
 
 def test_auto_keeps_torch_for_losses_without_a_kernel_and_for_float64():
@@ -67,10 +67,9 @@ def test_auto_keeps_torch_for_losses_without_a_kernel_and_for_float64():
         ("triton", "emo", torch.float64, "computes in float32"),
     ],
 )
-def test_bad_kernel_requests_are_clear_errors(monkeypatch, env, name, dtype, message):
-    monkeypatch.setenv(KERNELS_ENV, env)
+def test_bad_kernel_requests_are_clear_errors(env, name, dtype, message):
     with pytest.raises(ValueError, match=message):
-        select_row_math(name, torch.device("cpu"), dtype)
+        select_row_math(name, torch.device("cpu"), dtype, env)
 
 
 def test_forcing_triton_on_cpu_without_the_interpreter_is_an_error(monkeypatch):
@@ -231,7 +230,8 @@ def test_tiles_weight_gradient_equals_the_reference(triton_rows, monkeypatch, na
     h32, w32 = hidden.float().requires_grad_(), weight.float().requires_grad_()
     extra32 = {k: v.float() for k, v in extra.items()}
     got = fused_token_loss(name, h32, w32, labels, chunk_size=4, **params, **extra32)
-    plan = chunked_module._plan(name, {**params, **extra32}, vocab, h32, 4, False)
+    settings = FusedSettings.from_env()  # the test's tiles and budget
+    plan = chunked_module._plan(name, {**params, **extra32}, vocab, h32, 4, False, settings=settings)
     rows_per_block, tile = plan.tile_shape(8, d, vocab, DEVICE)
     # 8 valid rows in blocks of 4 (EMO: 2, its blocks also hold their rows of the cost embedding), 6 tiles
     assert (rows_per_block, tile) == (2 if name == "emo" else 4, 13)
@@ -300,7 +300,8 @@ def test_tiles_self_check_runs_before_the_first_tiles_backward(triton_rows, monk
         assert kernels_module._TILE_CHECKED == {(DEVICE.type, torch.float32)}
         return
     with pytest.raises(
-        kernels_module.KernelSelfCheckError, match="DISTMATCH_GRAD_WEIGHT_ACCUM=tiles cannot be used"
+        kernels_module.KernelSelfCheckError,
+        match=r"`loss_grad_weight_accum: tiles` \(DISTMATCH_GRAD_WEIGHT_ACCUM=tiles\) cannot be used",
     ) as err:
         loss.sum().backward()
     assert fault != "emo_similarity" or "(emo " in str(err.value)

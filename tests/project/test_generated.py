@@ -233,11 +233,11 @@ def test_names_module_is_the_registry_and_imports_nothing() -> None:
     import distmatch._loss_names as names
     import distmatch_hooks._common as common
     from trl_ext.losses import LOSS_NAMES
-    from trl_ext.losses.registry import OPTIONS
+    from trl_ext.options import LOSS_OPTIONS
     from trl_ext.resume import ALLOW_CHANGE, OVERWRITE
 
     assert names.LOSS_NAMES == tuple(LOSS_NAMES)
-    assert names.LOSS_OPTION_NAMES == tuple(OPTIONS)
+    assert names.LOSS_OPTION_NAMES == tuple(o.name for o in LOSS_OPTIONS)
     assert names.RUN_OPTION_NAMES == (ALLOW_CHANGE, OVERWRITE)
     assert common.LOSS_OPTION_NAMES is names.LOSS_OPTION_NAMES
     assert common.RUN_OPTION_NAMES is names.RUN_OPTION_NAMES

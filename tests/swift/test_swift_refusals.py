@@ -144,3 +144,28 @@ def test_bad_options_are_refused_when_the_plugin_loads(monkeypatch: pytest.Monke
     monkeypatch.setenv(OPTIONS_ENV, '{"gem_bta": 0.5}')
     with pytest.raises(DistMatchConfigError, match="names unknown option\\(s\\) gem_bta"):
         register()
+
+
+def test_path_settings_reach_the_loss_from_the_options_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory-efficient paths' settings: an option in DISTMATCH_SWIFT_OPTIONS, else the environment's fallback;
+    bad or unusable ones (the kernel on a CPU) refused when the loss is built, naming the setting."""
+    monkeypatch.setenv(OPTIONS_ENV, '{"loss_chunk_memory_mb": 0.5}')
+    monkeypatch.setenv("DISTMATCH_KERNELS", "torch")
+    settings = loss_map["gem_ls"](_args(tmp_path), None).settings
+    assert (settings.chunk_memory_mb, settings.kernels) == (0.5, "torch")
+    monkeypatch.setenv(
+        "DISTMATCH_CHUNK_MEMORY_MB", "abc"
+    )  # the option wins: the variable is not its fallback
+    assert loss_map["gem_ls"](_args(tmp_path), None).settings.chunk_memory_mb == 0.5
+    monkeypatch.delenv(OPTIONS_ENV)
+    with pytest.raises(DistMatchConfigError, match="DISTMATCH_CHUNK_MEMORY_MB='abc' is invalid"):
+        loss_map["gem_ls"](_args(tmp_path), None)
+    monkeypatch.delenv("DISTMATCH_CHUNK_MEMORY_MB")
+    if not torch.cuda.is_available():
+        monkeypatch.setenv(OPTIONS_ENV, '{"loss_grad_weight_accum": "tiles"}')
+        with pytest.raises(
+            DistMatchConfigError, match="loss_grad_weight_accum='tiles' needs the Triton row kernel"
+        ):
+            loss_map["gem_ls"](_args(tmp_path), None)

@@ -56,9 +56,14 @@ def test_table_cells_come_from_the_specs() -> None:
 
 
 def test_options_of_and_defaults() -> None:
-    assert [o.name for o in options_of("gem_ls")] == ["gem_beta"]
-    assert [o.name for o in options_of("tailr")] == ["tailr_gamma", "tailr_min_weight", "tailr_variant"]
-    assert options_of("ce") == options_of("dft") == ()
+    def math(loss: str) -> list[str]:
+        return [o.name for o in options_of(loss) if not o.path]
+
+    assert math("gem_ls") == ["gem_beta"]
+    assert math("tailr") == ["tailr_gamma", "tailr_min_weight", "tailr_variant"]
+    assert math("ce") == math("dft") == []
+    paths = ["loss_chunk_memory_mb", "loss_chunk_logits", "loss_grad_weight_accum", "loss_kernels"]
+    assert all([o.name for o in options_of(loss) if o.path] == paths for loss in ("ce", "emo", "asft"))
     assert OPTION_DEFAULTS["gem_beta"] == 0.7 and OPTION_DEFAULTS["emo_weighting"] == "emo1"
     assert cost_embedding_option("emo") == "emo_cost_embedding"
     assert cost_embedding_option("gem_ls") is None

@@ -11,14 +11,16 @@ exists at a time. On CUDA with 16-bit inputs the fused path's matmuls take 16-bi
   chunk. Gradients are computed in the forward (one logits matmul instead of two): d hidden for a unit upstream
   gradient is exact per row, so the backward only rescales it; d weight sums over rows, so it is rescaled when
   the upstream gradient is the same for every valid row (the usual `sum / num_items` reduction) and recomputed
-  chunk by chunk otherwise. With `DISTMATCH_GRAD_WEIGHT_ACCUM=tiles` the forward keeps no d weight, only each row's
+  chunk by chunk otherwise. With `grad_weight_accum="tiles"` the forward keeps no d weight, only each row's
   gradient coefficients, and the backward forms d weight one vocabulary tile at a time from recomputed logits.
+
+How they run (chunk budget, the chunk's logit dtype, the d-weight accumulator, the kernels) is a `FusedSettings`
+(`settings.py`), given as `settings=` or read from the environment once at the entry point.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,7 @@ from torch import Tensor
 from .registry import resolve
 from .row_backends import RowMath, check_kernel, check_tile_kernel, select_row_math
 from .rows import chunk_math
+from .settings import ENV, FusedSettings
 from .spec import BASE_STATS, N_COEF, TokenStats
 from .validation import (
     IGNORE_INDEX,
@@ -41,45 +44,26 @@ from .validation import (
     cost_inverse_norms,
 )
 
-CHUNK_MEMORY_ENV = "DISTMATCH_CHUNK_MEMORY_MB"
-# The fused path's weight gradient: "float32" (default: accumulated chunk by chunk in a float32 buffer), "weight"
-# (accumulated in the weight's own dtype, e.g. bf16: no [V, d] float32 buffer beside the gradient; each chunk's
-# product is added in float32 per vocabulary tile, then rounded once per chunk), or "tiles" (Triton row kernel only:
-# nothing accumulated in the forward; the backward recomputes the logits one [row block, vocabulary tile] at a time
-# and adds each tile's product, rounded once per row block: no pass over the whole gradient per chunk, one more
-# logits product). Error and memory: docs/losses.md "Weight-gradient accumulator" and "Liger's memory at our speed".
-GRAD_WEIGHT_ACCUM_ENV = "DISTMATCH_GRAD_WEIGHT_ACCUM"
-GRAD_WEIGHT_MODES = ("float32", "weight", "tiles")
+# The settings' environment fallbacks, by their historical names (benchmarks and tests set them).
+CHUNK_MEMORY_ENV = ENV["chunk_memory_mb"]
+GRAD_WEIGHT_ACCUM_ENV = ENV["grad_weight_accum"]
+CHUNK_LOGITS_ENV = ENV["chunk_logits"]
+# The lower-precision d-weight accumulator off CUDA adds each chunk's product per vocabulary tile of this many rows.
 GRAD_WEIGHT_VOCAB_TILE = 4096
-# The fused path's chunk of logits: "float32" (default) or "input" (the inputs' own dtype, e.g. bf16: each logit is
-# rounded once from the float32 product, as a bf16 model's full logits and Liger's chunks are; the Triton kernel
-# reads it in float32 and writes the gradient over it in place, and the hidden gradient is kept in the same dtype).
-# Half the chunk's bytes per row. Error and memory: docs/losses.md "Chunk logits".
-CHUNK_LOGITS_ENV = "DISTMATCH_CHUNK_LOGITS"
-DEFAULT_CHUNK_MEMORY_MB = 128
-# On GPUs a chunk needs >= ~1k rows for the logits matmul to be compute-bound at V = 128k.
-DEFAULT_CUDA_CHUNK_MEMORY_MB = 512
 
 
 def auto_chunk_size(
-    vocab_size: int, dtype: torch.dtype, buffers: int, device: torch.device | None = None
+    vocab_size: int,
+    dtype: torch.dtype,
+    buffers: int,
+    device: torch.device | None = None,
+    settings: FusedSettings | None = None,
 ) -> int:
-    """Rows per chunk so that `buffers` [rows, V] temporaries fit the memory budget (env DISTMATCH_CHUNK_MEMORY_MB;
-    default 128 MiB, 512 MiB on CUDA)."""
+    """Rows per chunk so that `buffers` [rows, V] temporaries fit the chunk budget (`settings.chunk_memory_mb`;
+    without settings the environment's, else 128 MiB, 512 MiB on CUDA)."""
+    settings = FusedSettings.from_env() if settings is None else settings
     bytes_per_row = vocab_size * torch.finfo(dtype).bits // 8 * buffers
-    return max(1, _chunk_budget_bytes(device) // bytes_per_row)
-
-
-def _chunk_budget_bytes(device: torch.device | None) -> int:
-    default = (
-        DEFAULT_CUDA_CHUNK_MEMORY_MB
-        if device is not None and device.type == "cuda"
-        else DEFAULT_CHUNK_MEMORY_MB
-    )
-    budget_mb = float(os.environ.get(CHUNK_MEMORY_ENV, default))
-    if budget_mb <= 0:
-        raise ValueError(f"{CHUNK_MEMORY_ENV} must be a positive number of MiB, got {budget_mb}.")
-    return int(budget_mb * 2**20)
+    return max(1, settings.budget_bytes(None if device is None else device.type) // bytes_per_row)
 
 
 @dataclass
@@ -96,9 +80,10 @@ class _Plan:
     cost_inv_norm: Tensor | None  # ... and 1 / its row norms, applied to each chunk's similarity rows
     row_math: RowMath
     matmul_dtype: torch.dtype  # the matmul operands' dtype (float32 results either way)
-    # The chunk's logits (and their gradient): the compute dtype, or the inputs' with CHUNK_LOGITS_ENV=input.
+    # The chunk's logits (and their gradient): the compute dtype, or the inputs' with chunk_logits="input".
     logits_dtype: torch.dtype
-    grad_weight_mode: str  # one of GRAD_WEIGHT_MODES
+    grad_weight_mode: str  # one of GRAD_WEIGHT_ACCUM ("float32" on the logits path, which has no d weight)
+    settings: FusedSettings
     # Anchored losses: the reference model's logits (logits path), or its hidden states and head (fused path).
     reference_logits: Tensor | None = None
     reference_hidden: Tensor | None = None
@@ -124,8 +109,8 @@ class _Plan:
         return self.mm(h, w.T).to(self.logits_dtype)
 
     def grad_weight_buffer(self, weight: Tensor) -> Tensor:
-        """A zero accumulator for d weight: compute dtype, or the weight's dtype (GRAD_WEIGHT_ACCUM_ENV=weight or
-        tiles)."""
+        """A zero accumulator for d weight: compute dtype, or the weight's dtype (grad_weight_accum "weight" or
+        "tiles")."""
         dtype = weight.dtype if self.grad_weight_mode != "float32" else self.cdtype
         return torch.zeros(weight.shape, dtype=dtype, device=weight.device)
 
@@ -133,7 +118,7 @@ class _Plan:
         """(rows per block, vocabulary columns per tile) of the `tiles` backward within the chunk budget: a block
         holds its rows of h (EMO: and of the cost embedding), half the budget at most, and a [rows, tile] logits
         block (EMO: and its float32 similarity; a float32 block its 16-bit copy for the products)."""
-        budget = _chunk_budget_bytes(device)
+        budget = self.settings.budget_bytes(device.type)
         per_row = width * self.matmul_dtype.itemsize * (2 if self.cost_embedding is not None else 1)
         rows = max(1, min(n_rows, budget // 2 // per_row))
         per_cell = self.logits_dtype.itemsize + (
@@ -203,28 +188,29 @@ def _plan(
     want_stats: bool,
     matmul_dtype: torch.dtype | None = None,
     reference: dict[str, Tensor | None] | None = None,
-    input_dtype_logits: bool = False,
+    settings: FusedSettings = FusedSettings(),
     fused: bool = False,
 ) -> _Plan:
     spec, resolved = resolve(name, params)
     reference = check_reference(name, spec.needs_reference, reference or {}, inputs, vocab_size)
     check_chunk_size(chunk_size)
     cdtype = compute_dtype(inputs.dtype)
-    row_math = select_row_math(name, inputs.device, cdtype)
+    row_math = select_row_math(name, inputs.device, cdtype, settings.kernels)
     logits_dtype = cdtype
-    if input_dtype_logits and inputs.dtype != cdtype:
+    if fused and settings.chunk_logits == "input" and inputs.dtype != cdtype:
         if row_math is chunk_math:
             raise ValueError(
-                f"{CHUNK_LOGITS_ENV}=input needs the Triton row kernel ({name!r} on {inputs.device.type} runs the "
-                f"PyTorch closed forms, which take float32 chunks); unset it or set it to 'float32'."
+                f"chunk_logits='input' (loss_chunk_logits, {CHUNK_LOGITS_ENV}) needs the Triton row kernel ({name!r} "
+                f"on {inputs.device.type} runs the PyTorch closed forms, which take float32 chunks); set it to "
+                "'float32'."
             )
         logits_dtype = inputs.dtype
         check_kernel(row_math, inputs.device, logits_dtype)
-    grad_weight_mode = _grad_weight_mode() if fused else "float32"  # the logits path has no d weight
+    grad_weight_mode = settings.grad_weight_accum if fused else "float32"  # the logits path has no d weight
     if grad_weight_mode == "tiles" and row_math is chunk_math:
         raise ValueError(
-            f"{GRAD_WEIGHT_ACCUM_ENV}=tiles needs the Triton row kernel ({name!r} on {inputs.device.type} runs the "
-            "PyTorch closed forms); unset it or set it to 'float32' or 'weight'."
+            f"grad_weight_accum='tiles' (loss_grad_weight_accum, {GRAD_WEIGHT_ACCUM_ENV}) needs the Triton row "
+            f"kernel ({name!r} on {inputs.device.type} runs the PyTorch closed forms); set it to 'float32' or 'weight'."
         )
     cost_embedding = cost_inv_norm = None
     if spec.needs_cost_embedding:
@@ -238,21 +224,22 @@ def _plan(
         similarity = cdtype.itemsize // logits_dtype.itemsize if cost else 0
         buffers = 1 + similarity if in_place else (4 if cost else 3)
         buffers += 2 if spec.needs_reference else 0  # the reference's logits and softmax
-        chunk_size = auto_chunk_size(vocab_size, logits_dtype, buffers=buffers, device=inputs.device)
+        chunk_size = auto_chunk_size(vocab_size, logits_dtype, buffers, inputs.device, settings)
     ref_weight = reference.get("reference_weight")
     return _Plan(
-        name,
-        resolved,
-        BASE_STATS + spec.stats,
-        cdtype,
-        chunk_size,
-        want_stats,
-        cost_embedding,
-        cost_inv_norm,
-        row_math,
-        matmul_dtype or cdtype,
-        logits_dtype,
-        grad_weight_mode,
+        name=name,
+        params=resolved,
+        stat_keys=BASE_STATS + spec.stats,
+        cdtype=cdtype,
+        chunk_size=chunk_size,
+        want_stats=want_stats,
+        cost_embedding=cost_embedding,
+        cost_inv_norm=cost_inv_norm,
+        row_math=row_math,
+        matmul_dtype=matmul_dtype or cdtype,
+        logits_dtype=logits_dtype,
+        grad_weight_mode=grad_weight_mode,
+        settings=settings,
         reference_logits=reference.get("reference_logits"),
         reference_hidden=reference.get("reference_hidden"),
         reference_weight=None if ref_weight is None else ref_weight.to(matmul_dtype or cdtype),
@@ -269,22 +256,6 @@ def _matmul_dtype(hidden: Tensor) -> torch.dtype | None:
     if mixed_mm and hidden.is_cuda and hidden.dtype in (torch.float16, torch.bfloat16):
         return hidden.dtype
     return None
-
-
-def _grad_weight_mode() -> str:
-    mode = os.environ.get(GRAD_WEIGHT_ACCUM_ENV, "float32")
-    if mode not in GRAD_WEIGHT_MODES:
-        raise ValueError(
-            f"{GRAD_WEIGHT_ACCUM_ENV} must be {', '.join(repr(m) for m in GRAD_WEIGHT_MODES)}, got {mode!r}."
-        )
-    return mode
-
-
-def _chunk_logits_mode() -> str:
-    mode = os.environ.get(CHUNK_LOGITS_ENV, "float32")
-    if mode not in ("float32", "input"):
-        raise ValueError(f"{CHUNK_LOGITS_ENV} must be 'float32' or 'input', got {mode!r}.")
-    return mode
 
 
 def _fp32_math(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -537,6 +508,7 @@ def token_loss(
     chunk_size: int | None = None,
     return_stats: bool = False,
     reference_logits: Tensor | None = None,
+    settings: FusedSettings | None = None,
     **params: Any,
 ) -> Tensor | tuple[Tensor, TokenStats]:
     """Per-token loss `name` of `logits` [N, V] against aligned `labels` [N] (-100 = ignored -> 0).
@@ -544,12 +516,23 @@ def token_loss(
     Chunked over rows; differentiable w.r.t. `logits`. Returns float32 (float64 for float64 logits); with
     `return_stats=True` also a `TokenStats` of detached per-token CE, entropy, top-1 correctness (and DEMD for EMO,
     the KL for the anchored losses). `reference_logits` [N, V]: the frozen reference model's logits of the same
-    rows (anchored losses only; never differentiated).
+    rows (anchored losses only; never differentiated). `settings`: how the chunks run (`FusedSettings`; None: from
+    the environment); its chunk budget and kernels apply here.
     """
+    settings = FusedSettings.from_env() if settings is None else settings
     check_floating("logits", logits, 2)
     check_labels(labels, logits.shape[0], logits.shape[1], logits.device)
     reference = {"reference_logits": reference_logits}
-    plan = _plan(name, params, logits.shape[1], logits, chunk_size, return_stats, reference=reference)
+    plan = _plan(
+        name,
+        params,
+        logits.shape[1],
+        logits,
+        chunk_size,
+        return_stats,
+        reference=reference,
+        settings=settings,
+    )
     loss = _ChunkedFromLogits.apply(logits, labels.long(), plan)
     return _finish(loss, plan, return_stats)
 
@@ -564,6 +547,7 @@ def fused_token_loss(
     return_stats: bool = False,
     reference_hidden: Tensor | None = None,
     reference_weight: Tensor | None = None,
+    settings: FusedSettings | None = None,
     **params: Any,
 ) -> Tensor | tuple[Tensor, TokenStats]:
     """Per-token loss `name` of the logits `hidden @ weight.T` without materialising them.
@@ -572,7 +556,10 @@ def fused_token_loss(
     Differentiable w.r.t. `hidden` and `weight`; same values and gradients as `token_loss` on the full logits.
     Anchored losses: `reference_hidden` [N, d_ref] and `reference_weight` [V, d_ref], the frozen reference model's
     final hidden states and head, whose logits are built chunk by chunk like the policy's (never differentiated).
+    `settings`: how the chunks run (`FusedSettings`: chunk budget, logit dtype, d-weight accumulator, kernels;
+    None: from the environment).
     """
+    settings = FusedSettings.from_env() if settings is None else settings
     check_floating("hidden", hidden, 2)
     check_floating("weight", weight, 2)
     if hidden.shape[1] != weight.shape[1]:
@@ -588,8 +575,16 @@ def fused_token_loss(
     check_labels(labels, hidden.shape[0], weight.shape[0], hidden.device)
     reference = {"reference_hidden": reference_hidden, "reference_weight": reference_weight}
     plan = _plan(
-        name, params, weight.shape[0], hidden, chunk_size, return_stats, _matmul_dtype(hidden), reference,
-        input_dtype_logits=_chunk_logits_mode() == "input", fused=True,
-    )  # fmt: skip
+        name,
+        params,
+        weight.shape[0],
+        hidden,
+        chunk_size,
+        return_stats,
+        _matmul_dtype(hidden),
+        reference,
+        settings=settings,
+        fused=True,
+    )
     loss = _FusedLinear.apply(hidden, weight, labels.long(), plan)
     return _finish(loss, plan, return_stats)

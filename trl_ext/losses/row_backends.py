@@ -1,18 +1,18 @@
 """Chooses which implementation runs a chunk's row math: the PyTorch closed forms or the Triton row kernel.
 
-``DISTMATCH_KERNELS`` = ``auto`` (default: Triton for the losses whose spec says `triton=True`, on CUDA float32
-chunks when Triton is installed; PyTorch otherwise), ``torch`` (always PyTorch), or ``triton`` (always Triton;
-an error where it cannot run. On CPU it needs Triton's interpreter, ``TRITON_INTERPRET=1``, which is how the
-tests run it).
+The `kernels` setting (`FusedSettings.kernels`; option `loss_kernels`, fallback ``DISTMATCH_KERNELS``) = ``auto``
+(default: Triton for the losses whose spec says `triton=True`, on CUDA float32 chunks when Triton is installed;
+PyTorch otherwise), ``torch`` (always PyTorch), or ``triton`` (always Triton; an error where it cannot run. On CPU
+it needs Triton's interpreter, ``TRITON_INTERPRET=1``, which is how the tests run it). `kernel_unavailable` says,
+before any model loads, why the kernel could not run for a loss on a device.
 
 The first time the kernel is selected in a process for a (device type, dtype), `check_kernel` compares it with the
 PyTorch closed forms on a small random problem; a mismatch stops with an error telling to set
-``DISTMATCH_KERNELS=torch``.
+``loss_kernels: torch``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import torch
@@ -21,10 +21,11 @@ from distmatch.optional import is_available, require
 
 from .registry import LOSSES, TRITON_LOSSES
 from .rows import ChunkResult, chunk_math
+from .settings import ENV, KERNELS, triton_interpreter
 from .spec import N_COEF
 
-KERNELS_ENV = "DISTMATCH_KERNELS"
-KERNEL_CHOICES = ("auto", "torch", "triton")
+KERNELS_ENV = ENV["kernels"]
+KERNEL_CHOICES = KERNELS
 
 RowMath = Callable[..., ChunkResult]
 
@@ -35,6 +36,7 @@ __all__ = [
     "RowMath",
     "check_kernel",
     "check_tile_kernel",
+    "kernel_unavailable",
     "select_row_math",
 ]
 
@@ -47,9 +49,8 @@ SELF_CHECK_CASES: tuple[tuple[str, dict], ...] = (
     ("emo", {"weighting": "emo2"}),
     ("emo", {"weighting": "emo1", "target_mass": "included"}),
 )
-_CHECKED: set[tuple[str, torch.dtype]] = (
-    set()
-)  # (device type, dtype) the kernel was checked on in this process
+#: (device type, dtype) the kernel was checked on in this process
+_CHECKED: set[tuple[str, torch.dtype]] = set()
 _TILE_CHECKED: set[tuple[str, torch.dtype]] = set()  # ... and its gradient pass over tiles
 
 
@@ -107,14 +108,14 @@ def check_kernel(row_math: RowMath, device: torch.device, dtype: torch.dtype) ->
                     raise KernelSelfCheckError(
                         f"The Triton loss kernel gives wrong results on this {device.type} device for {dtype} "
                         f"({name} {params}, {field}: {diff} vs the PyTorch closed form), so it is not used. Set "
-                        f"{KERNELS_ENV}=torch to train with the PyTorch path (same losses, more memory traffic), "
-                        "and please report your GPU, driver and Triton version."
+                        f"`loss_kernels: torch` ({KERNELS_ENV}=torch) to train with the PyTorch path (same losses, "
+                        "more memory traffic), and please report your GPU, driver and Triton version."
                     )
     _CHECKED.add(key)
 
 
 def check_tile_kernel(device: torch.device, dtype: torch.dtype) -> None:
-    """Once per process and (device type, dtype), before the first `DISTMATCH_GRAD_WEIGHT_ACCUM=tiles` backward: the
+    """Once per process and (device type, dtype), before the first `grad_weight_accum="tiles"` backward: the
     kernel's gradient pass alone over vocabulary tiles, from the coefficients its full pass stored, times a per-row
     scale, against that full pass's gradient (itself checked by `check_kernel`). A mismatch stops with
     `KernelSelfCheckError`."""
@@ -150,7 +151,8 @@ def check_tile_kernel(device: torch.device, dtype: torch.dtype) -> None:
                         f"The Triton loss kernel's gradient over a vocabulary tile is wrong on this {device.type} "
                         f"device for {dtype} ({name} {params}, columns {v0}-{v1}: max |diff| "
                         f"{float((got.float() - want[:, v0:v1]).abs().max()):.3g} vs its full pass), so "
-                        "DISTMATCH_GRAD_WEIGHT_ACCUM=tiles cannot be used here. Set it to 'float32' or 'weight', "
+                        "`loss_grad_weight_accum: tiles` (DISTMATCH_GRAD_WEIGHT_ACCUM=tiles) cannot be used here. Set "
+                        "it to 'float32' or 'weight', "
                         "and please report your GPU, driver and Triton version."
                     )
     _TILE_CHECKED.add(key)
@@ -163,14 +165,27 @@ def _triton_row_math() -> RowMath:
     return triton_chunk_math
 
 
-def select_row_math(name: str, device: torch.device, dtype: torch.dtype) -> RowMath:
-    """The row-math function for loss `name` on chunks of `dtype` on `device`, honouring DISTMATCH_KERNELS."""
-    choice = os.environ.get(KERNELS_ENV, "auto").strip().lower() or "auto"
-    if choice not in KERNEL_CHOICES:
-        raise ValueError(f"{KERNELS_ENV}={choice!r} is not one of {', '.join(KERNEL_CHOICES)}.")
-    if choice == "torch":
+def kernel_unavailable(name: str, kernels: str, device_type: str) -> str | None:
+    """Why the Triton row kernel would not run loss `name` on a `device_type` device with `kernels`, or None when it
+    would (before any model loads: the first-use self-check still runs later)."""
+    if kernels == "torch":
+        return "loss_kernels is 'torch'"
+    if name not in TRITON_LOSSES:
+        return f"the Triton kernels implement {', '.join(TRITON_LOSSES)}, not {name!r}"
+    if device_type != "cuda" and not (kernels == "triton" and triton_interpreter()):
+        return f"this run has no CUDA device (it runs on {device_type})"
+    if not is_available("triton"):
+        return "Triton is not installed (pip install 'distmatch[gpu]')"
+    return None
+
+
+def select_row_math(name: str, device: torch.device, dtype: torch.dtype, kernels: str = "auto") -> RowMath:
+    """The row-math function for loss `name` on chunks of `dtype` on `device`, as `kernels` asks (`KERNEL_CHOICES`)."""
+    if kernels not in KERNEL_CHOICES:
+        raise ValueError(f"loss_kernels={kernels!r} is not one of {', '.join(KERNEL_CHOICES)}.")
+    if kernels == "torch":
         return chunk_math
-    if choice == "auto":
+    if kernels == "auto":
         fits = device.type == "cuda" and dtype == torch.float32 and name in TRITON_LOSSES
         if not (fits and is_available("triton")):
             return chunk_math
@@ -179,16 +194,14 @@ def select_row_math(name: str, device: torch.device, dtype: torch.dtype) -> RowM
         return row_math
     if name not in TRITON_LOSSES:
         raise ValueError(
-            f"{KERNELS_ENV}=triton: the Triton kernels implement {', '.join(TRITON_LOSSES)}, not {name!r}; "
-            f"use {KERNELS_ENV}=auto to run {name!r} with the PyTorch path."
+            f"loss_kernels='triton': the Triton kernels implement {', '.join(TRITON_LOSSES)}, not {name!r}; "
+            f"use 'auto' to run {name!r} with the PyTorch path."
         )
     if dtype != torch.float32:
+        raise ValueError(f"loss_kernels='triton' computes in float32; {dtype} inputs need 'torch'.")
+    if device.type != "cuda" and not triton_interpreter():
         raise ValueError(
-            f"{KERNELS_ENV}=triton computes in float32; {dtype} inputs need {KERNELS_ENV}=torch."
-        )
-    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(
-            f"{KERNELS_ENV}=triton needs a CUDA device, or TRITON_INTERPRET=1 (Triton's slow interpreter, for "
+            f"loss_kernels='triton' needs a CUDA device, or TRITON_INTERPRET=1 (Triton's slow interpreter, for "
             f"tests) on {device.type}."
         )
     row_math = _triton_row_math()

@@ -193,6 +193,10 @@ def test_trl_sft_loss_flags_through_the_hook(wheel_venv, warm_cli, tiny, tmp_pat
             "gem_ls",
             "--gem_beta",
             "0.8",
+            "--loss_grad_weight_accum",
+            "weight",
+            "--loss_chunk_memory_mb",
+            "0.5",
             *_train_args(tiny, tmp_path / "out"),
         ],
         tmp_path,
@@ -202,6 +206,17 @@ def test_trl_sft_loss_flags_through_the_hook(wheel_venv, warm_cli, tiny, tmp_pat
     logs, args = _trained(tmp_path / "out")
     assert type(args).__name__ == "DistMatchSFTConfig"
     assert (args.loss, args.gem_beta) == ("gem_ls", 0.8)
+    # the paths' settings: in the run record and the model card, beside the loss's options
+    record = json.loads((tmp_path / "out" / "distmatch.json").read_text())
+    assert (record["options"]["loss_grad_weight_accum"], record["options"]["loss_chunk_memory_mb"]) == (
+        "weight",
+        0.5,
+    )
+    assert record["options"]["loss_kernels"] == "auto"  # unset: the default, recorded too
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert (
+        '| `loss_grad_weight_accum` | `"weight"` |' in card and "| `loss_chunk_memory_mb` | `0.5` |" in card
+    )
     for entry in logs:  # our trainer's metrics; the objective is GEM's, not CE
         assert {"ce", "entropy", "mean_token_accuracy", "num_tokens"} <= entry.keys() and "demd" not in entry
         assert abs(entry["loss"] - entry["ce"]) > 1.0, entry
@@ -229,9 +244,12 @@ def test_trl_sft_two_processes_through_the_hook(wheel_venv, tiny, tmp_path):
 
 @pytest.mark.slow
 def test_trl_sft_config_yaml_through_the_hook(wheel_venv, warm_cli, tiny, tmp_path):
-    (tmp_path / "emo.yaml").write_text("loss: emo\nemo_cost_embedding: live\nlearning_rate: 1.0e-4\n")
+    yaml = "loss: emo\nemo_cost_embedding: live\nlearning_rate: 1.0e-4\nloss_kernels: torch\n"
+    (tmp_path / "emo.yaml").write_text(yaml)
     out = warm_cli.run(
-        [wheel_venv.trl, "sft", "--config", "emo.yaml", *_train_args(tiny, tmp_path / "out")], tmp_path
+        [wheel_venv.trl, "sft", "--config", "emo.yaml", *_train_args(tiny, tmp_path / "out")],
+        tmp_path,
+        DISTMATCH_CHUNK_MEMORY_MB="0.25",  # the fallback of a setting the YAML leaves unset
     )
     assert out.returncode == 0, tail(out)
     _assert_hook_in_parent_and_child(out.stderr, wheel_venv)
@@ -242,6 +260,9 @@ def test_trl_sft_config_yaml_through_the_hook(wheel_venv, warm_cli, tiny, tmp_pa
         "live",
         1e-4,
     )
+    assert (args.loss_kernels, args.loss_chunk_memory_mb) == ("torch", 0.25)
+    options = json.loads((tmp_path / "out" / "distmatch.json").read_text())["options"]
+    assert (options["loss_kernels"], options["loss_chunk_memory_mb"]) == ("torch", 0.25)
     for entry in logs:  # EMO's DEMD term is logged; with `emo1` the objective's value equals CE
         assert {"ce", "demd"} <= entry.keys()
         assert entry["loss"] == pytest.approx(entry["ce"], rel=1e-4)
@@ -391,6 +412,73 @@ def test_trl_sft_refuses_settings_that_would_train_something_else(wheel_venv, wa
     out = warm_cli.run([wheel_venv.trl, "sft", *flags, *_train_args(tiny, tmp_path / "out")], tmp_path)
     line = _one_line_error(out)
     assert all(part in line for part in expected), line
+    assert "Loading" not in out.stderr and not (tmp_path / "out").exists()  # before the model or any output
+
+
+#: The memory-efficient paths' settings a run cannot use (issue: they were checked only at the first step, after the
+#: model and data loaded, and refused with two tracebacks): (environment, flags, YAML, the error line's start).
+PATH_REFUSED = {
+    "env_memory_not_a_number": (
+        {"DISTMATCH_CHUNK_MEMORY_MB": "abc"},
+        [],
+        "",
+        "error: DISTMATCH_CHUNK_MEMORY_MB='abc' is invalid; expected a number of MiB above 0",
+    ),
+    "env_memory_nan": (
+        {"DISTMATCH_CHUNK_MEMORY_MB": "nan"},
+        [],
+        "",
+        "error: DISTMATCH_CHUNK_MEMORY_MB='nan' is invalid",
+    ),
+    "env_accum_padded": (
+        {"DISTMATCH_GRAD_WEIGHT_ACCUM": " Weight "},
+        [],
+        "",
+        "error: DISTMATCH_GRAD_WEIGHT_ACCUM=' Weight ' is invalid; expected one of 'float32', 'weight', 'tiles'",
+    ),
+    "env_tiles_on_cpu": (
+        {"DISTMATCH_GRAD_WEIGHT_ACCUM": "tiles"},
+        [],
+        "",
+        "error: loss='gem_ls': loss_grad_weight_accum='tiles' needs the Triton row kernel, which would not run here",
+    ),
+    "env_triton_on_cpu": (
+        {"DISTMATCH_KERNELS": "triton"},
+        [],
+        "",
+        "error: loss='gem_ls': loss_kernels='triton' cannot run here (this run has no CUDA device",
+    ),
+    "flag_input_logits_on_cpu": (
+        {},
+        ["--loss_chunk_logits", "input"],
+        "",
+        "error: loss='gem_ls': loss_chunk_logits='input' needs the Triton row kernel",
+    ),
+    "flag_memory_zero": (
+        {},
+        ["--loss_chunk_memory_mb", "0"],
+        "",
+        "error: loss_chunk_memory_mb=0.0 is invalid",
+    ),
+    "yaml_tiles_on_cpu": (
+        {},
+        [],
+        "loss_grad_weight_accum: tiles\n",
+        "error: loss='gem_ls': loss_grad_weight_accum=",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PATH_REFUSED))
+def test_trl_sft_refuses_a_path_setting_before_the_model_loads(wheel_venv, warm_cli, tiny, tmp_path, case):
+    env, flags, yaml, expected = PATH_REFUSED[case]
+    if yaml:
+        (tmp_path / "c.yaml").write_text(yaml)
+        flags = [*flags, "--config", "c.yaml"]
+    command = [wheel_venv.trl, "sft", "--loss", "gem_ls", *flags, *_train_args(tiny, tmp_path / "out")]
+    out = warm_cli.run(command, tmp_path, **env)
+    assert out.returncode == 2, tail(out)
+    assert _one_line_error(out).startswith(expected), tail(out)
     assert "Loading" not in out.stderr and not (tmp_path / "out").exists()  # before the model or any output
 
 
