@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from trl_ext.losses import fused_token_loss, token_loss
-from trl_ext.losses.chunked import CHUNK_LOGITS_ENV, GRAD_WEIGHT_ACCUM_ENV, _Plan
+from trl_ext.losses.chunked import CHUNK_LOGITS_ENV, GRAD_WEIGHT_ACCUM_ENV
+from trl_ext.losses.plan import ChunkPlan
 from trl_ext.losses.settings import FusedSettings
 
 
@@ -147,7 +148,7 @@ def test_tiles_blocks_fit_the_chunk_budget_at_llama3s_head(emo, logits, rows, ti
         cost_embedding=object() if emo else None,
         settings=FusedSettings(chunk_memory_mb=60),
     )
-    got = _Plan.tile_shape(plan, 7393, 4096, 128256, torch.device("cuda"))
+    got = ChunkPlan.tile_shape(plan, 7393, 4096, 128256, torch.device("cuda"))
     assert got == (rows, tile)
     per_row = 4096 * 2 * (2 if emo else 1)
     per_cell = logits.itemsize + (4 if emo else 0) + (2 if logits == torch.float32 else 0)

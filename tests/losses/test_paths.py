@@ -9,6 +9,7 @@ import torch
 
 from trl_ext.losses import LOSS_NAMES, auto_chunk_size, fused_token_loss, reference_token_loss, token_loss
 from trl_ext.losses import chunked as chunked_module
+from trl_ext.losses import plan as plan_module
 
 V, D = 23, 6
 
@@ -75,15 +76,15 @@ def test_fused_backward_releases_the_forwards_gradient_buffers(ignored):
         labels = labels.clamp(min=0)
     loss = fused_token_loss("gem_ls", hidden, weight, labels, chunk_size=4)
     node = loss.grad_fn
-    assert node.grad_hidden_unit is not None and node.grad_weight_unit is not None
+    assert node.grad_hidden_unit is not None and node.weight_gradient.unit is not None
     grads = torch.autograd.grad(loss.sum() / 7, (hidden, weight), retain_graph=True)
-    assert node.grad_hidden_unit is None and node.grad_weight_unit is None
+    assert node.grad_hidden_unit is None and node.weight_gradient.unit is None
     assert all(g.dtype == torch.float64 and g.abs().sum() > 0 for g in grads)
 
 
 def test_no_gradient_work_under_no_grad(monkeypatch):
     calls = []
-    original = chunked_module.select_row_math
+    original = plan_module.select_row_math
 
     def select_spy(*args, **kwargs):
         row_math = original(*args, **kwargs)
@@ -94,7 +95,7 @@ def test_no_gradient_work_under_no_grad(monkeypatch):
 
         return spy
 
-    monkeypatch.setattr(chunked_module, "select_row_math", select_spy)
+    monkeypatch.setattr(plan_module, "select_row_math", select_spy)
     hidden, weight, labels = _inputs()
     with torch.no_grad():
         loss = fused_token_loss("gem_linear", hidden, weight, labels, chunk_size=4)
@@ -111,7 +112,7 @@ def test_fused_chunk_buffers_are_freed_before_the_next_chunks_logits(monkeypatch
     released before the next chunk's are computed (two alive at once cost 512 MiB more on an H200)."""
     alive_at_next_chunk = []
     previous: list[weakref.ref] = []
-    original = chunked_module.select_row_math
+    original = plan_module.select_row_math
 
     def select_spy(*args, **kwargs):
         row_math = original(*args, **kwargs)
@@ -124,7 +125,7 @@ def test_fused_chunk_buffers_are_freed_before_the_next_chunks_logits(monkeypatch
 
         return spy
 
-    monkeypatch.setattr(chunked_module, "select_row_math", select_spy)
+    monkeypatch.setattr(plan_module, "select_row_math", select_spy)
     hidden, weight, labels = _inputs(n=11)
     fused_token_loss(name, hidden, weight, labels, chunk_size=3, **_params(name, weight)).sum().backward()
     assert len(alive_at_next_chunk) >= 2 and not any(alive_at_next_chunk)  # 9 valid rows: 3 chunks

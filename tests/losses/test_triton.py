@@ -20,6 +20,7 @@ import torch
 from tests.helpers.env import REPO_ROOT
 from trl_ext.losses import chunked as chunked_module
 from trl_ext.losses import fused_token_loss, reference_token_loss, token_loss
+from trl_ext.losses import plan as plan_module
 from trl_ext.losses import row_backends as kernels_module
 from trl_ext.losses.row_backends import KERNELS_ENV, TRITON_LOSSES, select_row_math
 from trl_ext.losses.rows import chunk_math
@@ -231,7 +232,7 @@ def test_tiles_weight_gradient_equals_the_reference(triton_rows, monkeypatch, na
     extra32 = {k: v.float() for k, v in extra.items()}
     got = fused_token_loss(name, h32, w32, labels, chunk_size=4, **params, **extra32)
     settings = FusedSettings.from_env()  # the test's tiles and budget
-    plan = chunked_module._plan(name, {**params, **extra32}, vocab, h32, 4, False, settings=settings)
+    plan = plan_module.make_plan(name, {**params, **extra32}, vocab, h32, 4, False, settings=settings)
     rows_per_block, tile = plan.tile_shape(8, d, vocab, DEVICE)
     # 8 valid rows in blocks of 4 (EMO: 2, its blocks also hold their rows of the cost embedding), 6 tiles
     assert (rows_per_block, tile) == (2 if name == "emo" else 4, 13)
@@ -267,8 +268,8 @@ def test_tiles_keep_no_weight_gradient_in_the_forward_and_one_tile_at_a_time(tri
     extra = {"cost_embedding": weight.detach().clone()} if name == "emo" else {}
     loss = fused_token_loss(name, hidden, weight, labels, chunk_size=4, **extra)
     node = loss.grad_fn
-    assert node.grad_weight_unit is None and node.coefficients.shape == (8, N_COEF)
-    assert node.coefficients.dtype == torch.float32
+    assert node.weight_gradient.unit is None and node.weight_gradient.coefficients.shape == (8, N_COEF)
+    assert node.weight_gradient.coefficients.dtype == torch.float32
     loss.sum().backward()
     assert len(alive_at_next_tile) >= 6 and not any(alive_at_next_tile)  # 6 tiles x 2 or 4 row blocks
     assert weight.grad is not None and weight.grad.abs().sum() > 0
@@ -400,7 +401,7 @@ def test_input_dtype_chunks_hold_twice_the_rows_and_the_kernel_is_checked_on_the
 
     monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: spy)
     monkeypatch.setattr(kernels_module, "check_kernel", check_spy)
-    monkeypatch.setattr(chunked_module, "check_kernel", check_spy)
+    monkeypatch.setattr(plan_module, "check_kernel", check_spy)
     monkeypatch.setattr(kernels_module, "_CHECKED", {(DEVICE.type, torch.float32)})
     vocab = 64
     monkeypatch.setenv("DISTMATCH_CHUNK_MEMORY_MB", str(4 * vocab * 4 / 2**20))  # 4 float32 rows of logits

@@ -63,7 +63,7 @@ def _self_check_problem(n: int = 6, vocab: int = 37, *, device: torch.device, dt
     z = (torch.randn(n, vocab, generator=gen) * 2.0).to(device=device, dtype=dtype)
     y = torch.randint(0, vocab, (n,), generator=gen).to(device)
     emb = torch.randn(vocab, 8, generator=gen) * torch.rand(vocab, 1, generator=gen).add_(0.5)
-    # The similarity rows stay float32 beside a 16-bit chunk (as `chunked.py` passes them): raw dot products and
+    # The similarity rows stay float32 beside a 16-bit chunk (as `plan.py` passes them): raw dot products and
     # the cosine's row and column scales (1 / norms), which the kernel applies.
     sim_dtype = dtype if dtype.itemsize >= 4 else torch.float32
     inv = emb.norm(dim=1).reciprocal()

@@ -1,6 +1,6 @@
 """The PyTorch closed forms of one chunk of rows: per-token loss, dL/dz and statistics, for every loss.
 
-Both memory-efficient paths (`chunked.py`) call `chunk_math` on a chunk of valid rows whose fp32 logits they
+Both memory-efficient paths (`logits_path.py`, `fused_path.py`) call `chunk_math` on a chunk of valid rows whose fp32 logits they
 own. It computes what every loss shares (z_y, and softmax(z), logsumexp, CE and the statistics when needed) and
 hands the chunk to the loss's own closed form, `LossSpec.rows` (in `objectives/`), which returns the loss,
 optionally the gradient of each row's loss w.r.t. its logits (closed form, not autograd) and the statistics.
