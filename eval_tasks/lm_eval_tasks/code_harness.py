@@ -1,7 +1,8 @@
 """The lm-eval task class and loader of the code tasks (``distmatch_humaneval``, ``distmatch_mbpp_plus``).
 
 ``code_samples`` completions per problem (lm-eval's ``repeats``, all kept by the filter), each cut at the first code
-fence, joined with the problem's tests into one program and run in :mod:`eval_tasks.code_execution`'s sandbox;
+fence, run with the problem's tests in :mod:`eval_tasks.code_execution`'s sandbox as a program of separate pieces
+(each parsed on its own, so a completion cannot reach into the tests);
 ``pass@k`` per problem by the unbiased estimator (:func:`eval_tasks.metrics.pass_at_k`), x100, averaged over the
 problems by lm-eval. The YAMLs set ``unsafe_code: true``, so lm-eval refuses to run them without
 ``--confirm_run_unsafe_code``; that confirmation is the opt-in the sandbox requires.
