@@ -108,9 +108,11 @@ def measure(fn, x: dict, repeats: int, cuda: bool, exact: dict | None) -> dict:
         extra = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline) / 2**20
     row = {"extra_mib": extra, "loss_value": value}
     if exact is not None:
-        row.update(loss_err=abs(value - exact["loss"]) / abs(exact["loss"]),
-                   hidden_err=_rel(x["hidden"].grad, exact["hidden"]),
-                   weight_err=_rel(x["weight"].grad, exact["weight"]))  # fmt: skip
+        row.update(
+            loss_err=abs(value - exact["loss"]) / abs(exact["loss"]),
+            hidden_err=_rel(x["hidden"].grad, exact["hidden"]),
+            weight_err=_rel(x["weight"].grad, exact["weight"]),
+        )
     times = [_fwd_bwd(fn, x, sync)[0] for _ in range(repeats)]
     row["time_ms"] = 1000 * statistics.median(times)
     return row
@@ -125,8 +127,11 @@ def profile_case(fn, x: dict, cuda: bool, top: int = 10) -> list[dict]:
         _fwd_bwd(fn, x, torch.cuda.synchronize if cuda else (lambda: None))
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
-    return [{"op": e.key[:90], "calls": e.count, "ms": getattr(e, key) / 1000} for e in events[:top]
-            if getattr(e, key) > 0]  # fmt: skip
+    return [
+        {"op": e.key[:90], "calls": e.count, "ms": getattr(e, key) / 1000}
+        for e in events[:top]
+        if getattr(e, key) > 0
+    ]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -192,18 +197,23 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         stamp = _dt.datetime.now().strftime("%Y-%m-%dT%H%M%S")
         (out / f"fused_memory-{args.shape}-{stamp}.md").write_text(report + "\n")
-        (out / f"fused_memory-{args.shape}-{stamp}.json").write_text(json.dumps({"args": vars(args), "rows": rows},
-                                                                              indent=1))  # fmt: skip
+        (out / f"fused_memory-{args.shape}-{stamp}.json").write_text(
+            json.dumps({"args": vars(args), "rows": rows}, indent=1)
+        )
     return 0 if rows and not all("error" in r for r in rows) else 1
 
 
 def table(rows: list[dict], args: argparse.Namespace) -> str:
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU (peak RSS: rough)"
     shape = SHAPES[args.shape]
-    lines = [f"Fused rows by memory setting: N {shape['N']}, d {shape['d']}, V {shape['V']}, {args.dtype}, {device}, "
-             f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}", "",
-             "| loss | setting (logits, dW accumulator, chunk MiB) | extra MiB | ms | loss err | d hidden err "
-             "| d weight err |", "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"Fused rows by memory setting: N {shape['N']}, d {shape['d']}, V {shape['V']}, {args.dtype}, {device}, "
+        f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}",
+        "",
+        "| loss | setting (logits, dW accumulator, chunk MiB) | extra MiB | ms | loss err | d hidden err "
+        "| d weight err |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         what = (
             r["setting"]
@@ -220,8 +230,13 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
     profiled = [r for r in rows if r.get("profile")]
     if profiled:
         unit = "device" if args.device.startswith("cuda") else "CPU"
-        lines += ["", f"Most {unit} self time per case (one forward + backward under torch.profiler):", "",
-                  "| loss | setting | operation | calls | ms |", "|---|---|---|---:|---:|"]  # fmt: skip
+        lines += [
+            "",
+            f"Most {unit} self time per case (one forward + backward under torch.profiler):",
+            "",
+            "| loss | setting | operation | calls | ms |",
+            "|---|---|---|---:|---:|",
+        ]
         for r in profiled:
             for p in r["profile"]:
                 op = p["op"].replace("|", "/")

@@ -261,8 +261,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--losses", type=csv(LOSSES, "loss"), default=["ce"], help="comma list (default ce)")
     p.add_argument("--paths", type=csv(PATHS, "path"), default=list(PATHS), help="comma list (default both)")
-    p.add_argument("--cases", default=None, metavar="SETUP:PATH,...",
-                   help="only these (setup, path) pairs, each loss (instead of every setup x path)")  # fmt: skip
+    p.add_argument(
+        "--cases",
+        default=None,
+        metavar="SETUP:PATH,...",
+        help="only these (setup, path) pairs, each loss (instead of every setup x path)",
+    )
     p.add_argument("--d", type=int, default=576, help="hidden width (default 576, SmolLM2-135M)")
     p.add_argument("--vocab", type=int, default=49152, help="vocabulary (default 49152, SmolLM2-135M)")
     p.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
@@ -279,8 +283,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         pairs = [tuple(c.split(":")) for c in args.cases.split(",") if c]
         bad = [":".join(c) for c in pairs if len(c) != 2 or c[0] not in SETUPS or c[1] not in PATHS]
         if bad or not pairs:
-            p.error(f"--cases: {bad or 'none'} not SETUP:PATH with SETUP in {', '.join(SETUPS)} and PATH in "
-                    f"{', '.join(PATHS)}")  # fmt: skip
+            p.error(
+                f"--cases: {bad or 'none'} not SETUP:PATH with SETUP in {', '.join(SETUPS)} and PATH in "
+                f"{', '.join(PATHS)}"
+            )
         args.cases = pairs
     return args
 

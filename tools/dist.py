@@ -288,10 +288,20 @@ def main(argv: list[str] | None = None) -> int:
         run([bin_dir / "python", "-m", "pip", "check"], env=env)
         # pip itself finds nothing missing for the wheel's requirements (and every extra's pins hold)
         report = run(
-            [bin_dir / "python", "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report", "-",
-             f"{wheel}[eval]"],
+            [
+                bin_dir / "python",
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--no-index",
+                "--quiet",
+                "--report",
+                "-",
+                f"{wheel}[eval]",
+            ],
             env=env,
-        )  # fmt: skip
+        )
         missing = [
             i["metadata"]["name"]
             for i in json.loads(report)["install"]

@@ -129,25 +129,46 @@ def _settings_rows(cfg: DemoConfig, env: Mapping[str, Any]) -> list[tuple[str, s
     )
     return [
         ("model", env["model"]),
-        ("losses", ", ".join(cfg.losses) + " (TRL `DistMatchSFTTrainer`, library defaults: GEM beta 0.7, EMO emo1 "
-         "with a frozen copy of the output embedding as cost embedding)"),
-        ("training data", f"`{_rel(cfg.train_file)}` ({env['train_examples']} prompt/answer pairs; the loss is on the answer)"),
+        (
+            "losses",
+            ", ".join(cfg.losses) + " (TRL `DistMatchSFTTrainer`, library defaults: GEM beta 0.7, EMO emo1 "
+            "with a frozen copy of the output embedding as cost embedding)",
+        ),
+        (
+            "training data",
+            f"`{_rel(cfg.train_file)}` ({env['train_examples']} prompt/answer pairs; the loss is on the answer)",
+        ),
         ("fine-tuning", f"{lora}; {env['trainable']} trainable parameters"),
-        ("optimisation", f"{cfg.steps} steps x {cfg.batch_size} examples ({cfg.steps * cfg.batch_size} examples, "
-         f"{'%.2f' % (cfg.steps * cfg.batch_size / max(1, env['train_examples']))} epochs), AdamW, lr {cfg.lr:g}, cosine "
-         f"schedule, {max(1, round(0.1 * cfg.steps))} warm-up steps, max length {cfg.max_length} tokens"),
+        (
+            "optimisation",
+            f"{cfg.steps} steps x {cfg.batch_size} examples ({cfg.steps * cfg.batch_size} examples, "
+            f"{'%.2f' % (cfg.steps * cfg.batch_size / max(1, env['train_examples']))} epochs), AdamW, lr {cfg.lr:g}, cosine "
+            f"schedule, {max(1, round(0.1 * cfg.steps))} warm-up steps, max length {cfg.max_length} tokens",
+        ),
         ("precision", f"{env['dtype']} (training autocast and sampling); held-out scoring in float32"),
-        ("held-out scoring", f"first {min(cfg.eval_examples, env['heldout_examples'])} pairs of `{_rel(cfg.heldout_file)}` "
-         "(CE / perplexity / entropy / top-1 probability over the answer tokens)"),
-        ("sampling", f"first {min(cfg.prompts, env['heldout_examples'])} held-out prompts x {cfg.samples} samples, "
-         f"temperature {cfg.temperature}, top-k {cfg.top_k}, top-p {cfg.top_p}, at most {cfg.max_new_tokens} new tokens, "
-         f"chat template; {SAMPLER}"),
-        ("diversity", "n-gram (distinct 1-3), Self-BLEU (all other samples as references), Sentence-BERT ("
-         f"{env['sbert']}); response only; mean ± standard error over prompts"),
+        (
+            "held-out scoring",
+            f"first {min(cfg.eval_examples, env['heldout_examples'])} pairs of `{_rel(cfg.heldout_file)}` "
+            "(CE / perplexity / entropy / top-1 probability over the answer tokens)",
+        ),
+        (
+            "sampling",
+            f"first {min(cfg.prompts, env['heldout_examples'])} held-out prompts x {cfg.samples} samples, "
+            f"temperature {cfg.temperature}, top-k {cfg.top_k}, top-p {cfg.top_p}, at most {cfg.max_new_tokens} new tokens, "
+            f"chat template; {SAMPLER}",
+        ),
+        (
+            "diversity",
+            "n-gram (distinct 1-3), Self-BLEU (all other samples as references), Sentence-BERT ("
+            f"{env['sbert']}); response only; mean ± standard error over prompts",
+        ),
         ("seed", f"{cfg.seed} (LoRA initialisation, data order, sampling: the same for every loss)"),
-        ("device", f"{env['device']}, {env['threads']} torch threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"),
+        (
+            "device",
+            f"{env['device']}, {env['threads']} torch threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}",
+        ),
         ("versions", env["versions"]),
-    ]  # fmt: skip
+    ]
 
 
 def _rel(path: Path) -> str:

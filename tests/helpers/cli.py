@@ -170,6 +170,7 @@ def assert_every_rank_ended_cleanly(
 def tiny_sft_args(tiny: dict[str, Path], output_dir: Path, max_steps: int, *extra: str) -> list[str]:
     """`trl sft` arguments for the tiny model and data (`tiny["model"]`, `tiny["data"]`): a log entry and a
     checkpoint every step, CPU, seed 0; `extra` appended."""
+    # Kept as written (fmt: skip): one flag and its value per line, as the command reads.
     return [
         "--model_name_or_path", str(tiny["model"]),
         "--dataset_name", str(tiny["data"]),

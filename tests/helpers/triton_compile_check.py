@@ -96,8 +96,15 @@ def main(capability: int = 90, chunks: tuple[str, ...] = ("fp32", "bf16")) -> in
             **SIGNATURE,
             "z_ptr": f"*{chunk}",
         }  # float32 chunks, or DISTMATCH_CHUNK_LOGITS=input's bf16
-        values = {"LOSS": TRITON_LOSSES.index(loss), "EMO1": emo1, "WANT_GRAD": want_grad, "WANT_STATS": want_stats,
-                  "COEF_OUT": coef_out, "GRAD_ONLY": grad_only, "BLOCK": block}  # fmt: skip
+        values = {
+            "LOSS": TRITON_LOSSES.index(loss),
+            "EMO1": emo1,
+            "WANT_GRAD": want_grad,
+            "WANT_STATS": want_stats,
+            "COEF_OUT": coef_out,
+            "GRAD_ONLY": grad_only,
+            "BLOCK": block,
+        }
         constexprs = {(names.index(k),): v for k, v in values.items()}
         source = ASTSource(fn=triton_rows._distmatch_row_kernel, signature=signature, constexprs=constexprs)
         kernel = triton.compile(source, target=target, options={"num_warps": num_warps})

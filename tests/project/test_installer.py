@@ -22,14 +22,22 @@ def test_pip_settings_become_uv_options(tmp_path):
     }
     options, environment = installer.uv_arguments(settings)
     assert options == [
-        "--index-strategy", "unsafe-best-match",
+        "--index-strategy",
+        "unsafe-best-match",
         # the index pip would use comes first: uv takes a version's files from the first index that has it
-        "--extra-index-url", "https://mirror.example/simple",
-        "--index-url", "https://mirror.example/simple",
-        "--extra-index-url", f"file://{local_index}",  # the absent local index is skipped, as pip skips it
-        "--find-links", "/opt/wheels", "--find-links", "/srv/more",
-        "--constraint", "/etc/xdg/pip/constraints.txt",
-    ]  # fmt: skip
+        "--extra-index-url",
+        "https://mirror.example/simple",
+        "--index-url",
+        "https://mirror.example/simple",
+        "--extra-index-url",
+        f"file://{local_index}",  # the absent local index is skipped, as pip skips it
+        "--find-links",
+        "/opt/wheels",
+        "--find-links",
+        "/srv/more",
+        "--constraint",
+        "/etc/xdg/pip/constraints.txt",
+    ]
     assert environment == {"SSL_CERT_FILE": "/etc/ssl/certs/ca.crt"}
     assert installer.uv_arguments({"no-index": "1"})[0] == [
         "--index-strategy",

@@ -14,8 +14,18 @@ MAX_LINES = 600
 REPO = REPO_ROOT
 PACKAGES = ("trl_ext", "axolotl_distmatch", "eval_tasks", "swift_distmatch")
 #: the folders whose files must be found (the walk below is not allowed to miss a whole area)
-AREAS = ("distmatch", "trl_ext", "axolotl_distmatch", "eval_tasks", "swift_distmatch", "distmatch_hooks", "tests", "examples",
-         "benchmarks", "tools")  # fmt: skip
+AREAS = (
+    "distmatch",
+    "trl_ext",
+    "axolotl_distmatch",
+    "eval_tasks",
+    "swift_distmatch",
+    "distmatch_hooks",
+    "tests",
+    "examples",
+    "benchmarks",
+    "tools",
+)
 #: never walked: virtual environments and other hidden folders, caches, build and run outputs
 SKIPPED_DIRS = {"__pycache__", "build", "dist", "node_modules", "demo_out"}
 SKIPPED_PATHS = {Path("benchmarks") / "out"}

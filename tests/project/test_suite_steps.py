@@ -110,9 +110,20 @@ def test_programs_make_starts_write_bytecode_whatever_the_shell_says() -> None:
     and TRL from source again: the Makefile unexports it for everything it starts."""
     show = "import os; print('PYTHONDONTWRITEBYTECODE=' + repr(os.environ.get('PYTHONDONTWRITEBYTECODE')))"
     done = subprocess.run(
-        ["make", "-s", "--no-print-directory", "--eval", f'dm-env-probe:\n\t@python3 -c "{show}"', "dm-env-probe"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )  # fmt: skip
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "--eval",
+            f'dm-env-probe:\n\t@python3 -c "{show}"',
+            "dm-env-probe",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "PYTHONDONTWRITEBYTECODE=None", done.stdout
 
@@ -212,15 +223,27 @@ def _inner_pytest(folder: Path, *args: str, **env: str) -> subprocess.CompletedP
     """A pytest run of scratch test files with the project's settings and tests/conftest.py as a plugin."""
     return subprocess.run(
         [
-            sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pyproject.toml"), "--rootdir", str(folder),
-            "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", str(folder), *args,
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(REPO_ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(folder),
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(folder),
+            *args,
         ],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=300,
         env={**_outside_xdist(), **env},
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -263,8 +286,11 @@ def test_recording_lists_the_launching_tests_instead(guarded_tests: Path, tmp_pa
     lines = Path(f"{record}.main").read_text().splitlines()
     names = sorted(line.split("\t")[0].rsplit("::", 1)[1] for line in lines)
     assert names == [
-        "test_os_system_unmarked", "test_spawns_unmarked", "test_starts_python_marked", "test_starts_python_unmarked"
-    ]  # fmt: skip
+        "test_os_system_unmarked",
+        "test_spawns_unmarked",
+        "test_starts_python_marked",
+        "test_starts_python_unmarked",
+    ]
 
 
 def test_quick_selection_leaves_the_marked_tests_out(guarded_tests: Path) -> None:

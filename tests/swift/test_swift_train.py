@@ -41,16 +41,45 @@ def _swift_sft(
         env[OPTIONS_ENV] = options
     swift_cli = Path(sys.executable).parent / "swift"
     args = [
-        str(swift_cli), "sft", "--model", str(model), "--model_type", "llama", "--template", "default",
-        "--dataset", str(data), "--split_dataset_ratio", "0", "--tuner_type", "full",
-        "--loss_type", loss_type, "--external_plugins", str(PLUGIN_FILE),
-        "--max_steps", str(STEPS), "--per_device_train_batch_size", str(N_EXAMPLES), "--learning_rate", "1e-2",
-        "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
-        "--dataloader_num_workers", "0", "--output_dir", str(workdir / "out"),
+        str(swift_cli),
+        "sft",
+        "--model",
+        str(model),
+        "--model_type",
+        "llama",
+        "--template",
+        "default",
+        "--dataset",
+        str(data),
+        "--split_dataset_ratio",
+        "0",
+        "--tuner_type",
+        "full",
+        "--loss_type",
+        loss_type,
+        "--external_plugins",
+        str(PLUGIN_FILE),
+        "--max_steps",
+        str(STEPS),
+        "--per_device_train_batch_size",
+        str(N_EXAMPLES),
+        "--learning_rate",
+        "1e-2",
+        "--logging_steps",
+        "1",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--dataloader_num_workers",
+        "0",
+        "--output_dir",
+        str(workdir / "out"),
         # Offline: without it ms-swift's trainer asks modelscope.cn whether the local model is the latest, and its
         # retries wait about 22 s of each run (no network here but the package registries).
-        "--check_model", "false",
-    ]  # fmt: skip
+        "--check_model",
+        "false",
+    ]
     return subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
 
 

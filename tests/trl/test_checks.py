@@ -113,9 +113,17 @@ def _train(tiny: dict, tmp_path: Path, loss: str, spoil=None, **options):
         with torch.no_grad():
             spoil(model)
     args = _config(
-        tmp_path, loss=loss, max_steps=2, per_device_train_batch_size=4, logging_steps=1, max_length=64,
-        save_strategy="no", disable_tqdm=True, seed=0, **options,
-    )  # fmt: skip
+        tmp_path,
+        loss=loss,
+        max_steps=2,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        max_length=64,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        **options,
+    )
     trainer = DistMatchSFTTrainer(
         model=model,
         args=args,

@@ -110,9 +110,21 @@ def test_paper_variant_options_reach_the_loss_parameters(tmp_path):
 
     parser = trl.TrlParser((DistMatchSFTConfig,))
     (config,) = parser.parse_args_and_config(
-        ["--output_dir", str(tmp_path), "--loss", "tailr", "--tailr_min_weight", "0.3", "--tailr_variant",
-         "emo_code", "--tailr_gamma", "0.9", "--use_cpu", "true"]
-    )  # fmt: skip
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--loss",
+            "tailr",
+            "--tailr_min_weight",
+            "0.3",
+            "--tailr_variant",
+            "emo_code",
+            "--tailr_gamma",
+            "0.9",
+            "--use_cpu",
+            "true",
+        ]
+    )
     options = {k: getattr(config, k) for k in ("tailr_gamma", "tailr_min_weight", "tailr_variant")}
     assert loss_params("tailr", options) == {"gamma": 0.9, "min_weight": 0.3, "variant": "emo_code"}
     (config,) = parser.parse_args_and_config(

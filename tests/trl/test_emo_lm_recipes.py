@@ -158,10 +158,16 @@ def test_trl_recipe_has_the_paper_settings(model: str, hub_id: str) -> None:
         "bf16": False,
     }
     assert {k: getattr(training, k) for k in settings} == settings
-    value = {k: getattr(getattr(training, k), "value", getattr(training, k)) for k in
-             ("optim", "lr_scheduler_type", "eval_strategy", "save_strategy")}  # fmt: skip
-    assert value == {"optim": "adamw_torch", "lr_scheduler_type": "linear", "eval_strategy": "epoch",
-                     "save_strategy": "epoch"}  # fmt: skip
+    value = {
+        k: getattr(getattr(training, k), "value", getattr(training, k))
+        for k in ("optim", "lr_scheduler_type", "eval_strategy", "save_strategy")
+    }
+    assert value == {
+        "optim": "adamw_torch",
+        "lr_scheduler_type": "linear",
+        "eval_strategy": "epoch",
+        "save_strategy": "epoch",
+    }
     options = training.loss_options()  # the authors' GPT-2 code, mode emo: emo1, the pre-trained head frozen
     assert (options["emo_weighting"], options["emo_cost_embedding"], options["emo_ratio_clamp"]) == (
         "emo1",
@@ -224,17 +230,33 @@ def test_trl_recipe_trains_its_epochs_and_keeps_the_best_checkpoint(tmp_path: Pa
     tokenizer = build_tokenizer()
     torch.manual_seed(0)
     config = GPT2Config(
-        vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=256,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model_dir = tmp_path / "gpt2"
     GPT2LMHeadModel(config).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "out"
     script, training, model_args = _parse_recipe(
-        "gpt2", "--model_name_or_path", str(model_dir), "--dataset_name", str(tmp_path / "d"),
-        "--output_dir", str(out), "--report_to", "none", "--learning_rate", "3.0", "--disable_tqdm", "true",
-    )[:3]  # fmt: skip
+        "gpt2",
+        "--model_name_or_path",
+        str(model_dir),
+        "--dataset_name",
+        str(tmp_path / "d"),
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--learning_rate",
+        "3.0",
+        "--disable_tqdm",
+        "true",
+    )[:3]
     data = load_dataset(script.dataset_name)  # as TRL's sft script loads `dataset_name`
     trainer = DistMatchSFTTrainer(
         model=GPT2LMHeadModel.from_pretrained(model_args.model_name_or_path, dtype=torch.float32),
@@ -335,8 +357,15 @@ def _check_printed(data, trains, prompts, generates, scores) -> None:  # noqa: A
 def test_table2_oracle_data_needs_its_files_then_runs_the_same_loop(tmp_path: Path) -> None:
     """Table 2 is the loop on the GPT-2 output dataset's GPT-2-large samples (no Hub copy): refused in one line
     before anything runs without its files; with them, the data / prompts commands read them."""
-    env = {**os.environ, "DRY_RUN": "1", "OUT": str(tmp_path / "out"), "CONFIG_PYTHON": sys.executable,
-           "CORPORA": "gpt2_large", "SEEDS": "1", "LOSSES": "emo"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "OUT": str(tmp_path / "out"),
+        "CONFIG_PYTHON": sys.executable,
+        "CORPORA": "gpt2_large",
+        "SEEDS": "1",
+        "LOSSES": "emo",
+    }
     refused = subprocess.run(
         ["bash", str(RECIPE)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
     )

@@ -148,8 +148,22 @@ def test_trl_recipe_trains_a_step_on_the_prepared_rows(tmp_path: Path) -> None:
     from trl_ext.testing import build_tiny_llama
     from trl_ext.trainer import DistMatchSFTTrainer
 
-    assert _script().main(["metamathqa", "--source", str(SOURCES["metamathqa"]), "--out", str(tmp_path / "d"),
-                           "--train-size", "4", "--test-size", "1"]) == 0  # fmt: skip
+    assert (
+        _script().main(
+            [
+                "metamathqa",
+                "--source",
+                str(SOURCES["metamathqa"]),
+                "--out",
+                str(tmp_path / "d"),
+                "--train-size",
+                "4",
+                "--test-size",
+                "1",
+            ]
+        )
+        == 0
+    )
     _, training, _, data = _parse_recipe("metamathqa")[:4]
     data.datasets[0].data_files = str(tmp_path / "d" / "train.jsonl")  # the recipe's path, under tmp_path
     train = get_dataset(data)["train"]

@@ -191,7 +191,7 @@ def _tiny_llama(**config: Any) -> LlamaForCausalLM:
             num_key_value_heads=1,
             max_position_embeddings=32,
             **config,
-        )  # fmt: skip
+        )
     )
 
 

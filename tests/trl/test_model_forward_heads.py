@@ -43,9 +43,15 @@ def llama(tie: bool = False, bias: bool = False) -> nn.Module:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=tie,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=tie,
+    )
     model = LlamaForCausalLM(config)
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(8.0)
@@ -60,10 +66,18 @@ def gemma2_biased() -> nn.Module:
 
     torch.manual_seed(0)
     config = Gemma2Config(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=8, max_position_embeddings=64, final_logit_softcapping=3.0,
-        attn_implementation="eager", tie_word_embeddings=False,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=64,
+        final_logit_softcapping=3.0,
+        attn_implementation="eager",
+        tie_word_embeddings=False,
+    )
     model = Gemma2ForCausalLM(config)
     with torch.no_grad():
         model.lm_head.weight.mul_(40.0)
@@ -75,10 +89,17 @@ def cohere_biased() -> nn.Module:
 
     torch.manual_seed(0)
     config = CohereConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=64, logit_scale=0.25, attn_implementation="eager",
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        logit_scale=0.25,
+        attn_implementation="eager",
         tie_word_embeddings=False,
-    )  # fmt: skip
+    )
     model = CohereForCausalLM(config)
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)

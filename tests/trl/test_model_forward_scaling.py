@@ -33,10 +33,17 @@ def gemma2_softcapped() -> nn.Module:
 
     torch.manual_seed(0)
     config = Gemma2Config(
-        vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=8, max_position_embeddings=64, final_logit_softcapping=CAP,
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=64,
+        final_logit_softcapping=CAP,
         attn_implementation="eager",
-    )  # fmt: skip
+    )
     model = Gemma2ForCausalLM(config)
     with torch.no_grad():  # logits well beyond the cap, so soft-capping changes them a lot
         model.lm_head.weight.mul_(40.0)
@@ -48,9 +55,16 @@ def cohere_scaled() -> nn.Module:
 
     torch.manual_seed(0)
     config = CohereConfig(
-        vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=64, logit_scale=SCALE, attn_implementation="eager",
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        logit_scale=SCALE,
+        attn_implementation="eager",
+    )
     model = CohereForCausalLM(config)
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)

@@ -89,9 +89,14 @@ def test_train_metrics_count_training_batches_only(models, data, tmp_path):
     halves = [_stats(model, trainer, trainer.eval_dataset, list(range(i, i + BATCH))) for i in (0, BATCH)]
     for log in eval_logs:
         assert set(log) - {"epoch", "step"} == {
-            "eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_num_tokens",
-            "eval_nonfinite_tokens", *(f"eval_{k}" for k in KEYS),
-        }  # fmt: skip
+            "eval_loss",
+            "eval_runtime",
+            "eval_samples_per_second",
+            "eval_steps_per_second",
+            "eval_num_tokens",
+            "eval_nonfinite_tokens",
+            *(f"eval_{k}" for k in KEYS),
+        }
         for key in KEYS:
             want = (halves[0][key] + halves[1][key]) / 2
             assert log[f"eval_{key}"] == pytest.approx(want, rel=1e-5, abs=1e-7), (

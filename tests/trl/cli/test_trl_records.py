@@ -73,9 +73,16 @@ def test_the_record_identifies_the_reference_by_path_and_weights(run):
         reference
     )
     assert record["history"] == [
-        {"loss": "asft", "options": {"anchor_kl_weight": record["options"]["anchor_kl_weight"],
-                                     "anchor_reference": "refdir"}, "from_step": 0, "to_step": 1}
-    ]  # fmt: skip
+        {
+            "loss": "asft",
+            "options": {
+                "anchor_kl_weight": record["options"]["anchor_kl_weight"],
+                "anchor_reference": "refdir",
+            },
+            "from_step": 0,
+            "to_step": 1,
+        }
+    ]
 
 
 def test_a_relative_reference_that_is_another_model_on_resume_is_refused(wheel_venv, warm_cli, run, tmp_path):

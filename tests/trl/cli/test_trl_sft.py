@@ -133,21 +133,33 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 
 def _train_args(tiny: dict[str, Path], output_dir: Path) -> list[str]:
     return [
-        "--model_name_or_path", str(tiny["model"]),
-        "--dataset_name", str(tiny["data"]),
-        "--output_dir", str(output_dir),
-        "--max_steps", "2",
-        "--per_device_train_batch_size", "4",
-        "--max_length", "64",
-        "--logging_steps", "1",
-        "--save_strategy", "steps",
-        "--save_steps", "2",
+        "--model_name_or_path",
+        str(tiny["model"]),
+        "--dataset_name",
+        str(tiny["data"]),
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_length",
+        "64",
+        "--logging_steps",
+        "1",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
         "--save_only_model",
-        "--report_to", "none",
+        "--report_to",
+        "none",
         "--use_cpu",
-        "--seed", "0",
-        "--disable_tqdm", "true",
-    ]  # fmt: skip
+        "--seed",
+        "0",
+        "--disable_tqdm",
+        "true",
+    ]
 
 
 def _hook_events(stderr: str) -> list[tuple[int, str]]:
