@@ -13,9 +13,10 @@ gradients, its hidden states and head handed to the loss (which builds its logit
   (`Reference(model=...)`) runs as its root's forward, so its units gather their shards; its head's weight is
   gathered (`full_tensor()`) for the loss.
 * Another checkpoint (`anchor_reference: <model folder>`): loaded once with transformers, in the training dtype, on
-  the trained model's device, frozen like the copy. `check_reference_source` refuses a folder without a config.json
-  or with another vocabulary (config.json `vocab_size`, tokenizer.json's vocabulary) at configuration time, before
-  any model loads; the loaded head's rows are checked again.
+  the trained model's device, frozen like the copy. `check_reference_source` refuses a folder without a config.json,
+  with another vocabulary (config.json `vocab_size`, tokenizer.json's vocabulary) or with incomplete weights at
+  configuration time, before any model loads (the folder read by `distmatch.model_folder`); the loaded head's rows
+  are checked again.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from distmatch.errors import DistMatchConfigError
+from distmatch.model_folder import FolderOption, open_model_folder, tokenizer_vocab
 
 from .losses.objectives.anchored import INITIAL
 
@@ -58,81 +60,36 @@ def has_adapters(model: nn.Module) -> bool:
     return any(hasattr(m, "_disable_adapters") for m in model.modules())
 
 
-def _json(file: Path, value: str) -> dict[str, Any]:
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise DistMatchConfigError(
-            f"{OPTION}={value!r}: {file} is not readable JSON ({type(err).__name__}); re-save the model with "
-            f"save_pretrained, or use {INITIAL!r}."
-        ) from None
-    if not isinstance(data, dict):
-        raise DistMatchConfigError(f"{OPTION}={value!r}: {file} is not a JSON object.")
-    return data
-
-
-def _tokenizer_vocab(folder: Path) -> dict[str, Any] | None:
-    """The token -> id map of a folder's tokenizer.json (model vocabulary and added tokens), None without one."""
-    file = folder / "tokenizer.json"
-    if not file.is_file():
-        return None
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    vocab = dict((data.get("model") or {}).get("vocab") or {})
-    vocab.update(
-        {t.get("content"): t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)}
-    )
-    return vocab or None
-
-
 def check_reference_source(value: Any, trained: Any = None) -> None:
     """Configuration time, no weights read: `anchor_reference` is 'initial' or a model folder whose vocabulary is
-    the trained model's (`trained`: its folder, or a model, or None / a hub id: unknown, config size only)."""
+    the trained model's (`trained`: its folder, or a model, or None / a hub id: unknown, config size only) and whose
+    weights are complete. The folders are read by `distmatch.model_folder`, as EMO's cost embedding's are."""
     if value == INITIAL:
         return
     if not isinstance(value, str) or not value:
         raise DistMatchConfigError(
             f"{OPTION}={value!r} is invalid; expected {INITIAL!r} or the folder of a model with the same vocabulary."
         )
-    folder = Path(value).expanduser()
-    if not folder.is_dir():
-        raise DistMatchConfigError(
-            f"{OPTION}={value!r}: no such folder; give a model folder (as saved by save_pretrained) or "
-            f"{INITIAL!r} (the starting model)."
-        )
-    if not (folder / "config.json").is_file():
-        raise DistMatchConfigError(
-            f"{OPTION}={value!r}: {folder} has no config.json; give a model folder (as saved by save_pretrained) "
-            f"or {INITIAL!r} (the starting model)."
-        )
-    from .cost_embedding.checkpoint import vocab_size_of  # (the package imports this module: not at the top)
-    from .cost_embedding.head import training_vocab_size
+    reference = open_model_folder(
+        value, FolderOption(f"{OPTION}={value!r}", f"use {INITIAL!r} (the starting model)")
+    )
+    from .cost_embedding.head import training_vocab_size  # (the package imports this module: not at the top)
 
-    theirs = vocab_size_of(_json(folder / "config.json", value))
-    ours = training_vocab_size(trained)
+    theirs, ours = reference.vocab_size, training_vocab_size(trained)
     if theirs is not None and ours is not None and theirs != ours:
         raise DistMatchConfigError(
             f"{OPTION}={value!r} has a vocabulary of {theirs} tokens but the model being trained has {ours}; the "
             "reference model must share the tokenizer."
         )
-    if isinstance(trained, (str, os.PathLike)) and Path(trained).expanduser().is_dir():
-        mine, other = _tokenizer_vocab(Path(trained).expanduser()), _tokenizer_vocab(folder)
-        if mine is not None and other is not None and mine != other:
-            differ = sorted(set(mine.items()) ^ set(other.items()), key=str)[:1]
-            raise DistMatchConfigError(
-                f"{OPTION}={value!r}: its tokenizer.json maps tokens to ids differently from the trained model's "
-                f"(first difference: {differ[0]!r}); the reference model must share the tokenizer."
-            )
-    from distmatch.weights import weights_problem
-
-    problem = weights_problem(folder)
-    if problem is not None:  # no weight file, or one cut short: it would fail after the model loads
+    mine = tokenizer_vocab(trained) if isinstance(trained, (str, os.PathLike)) else None  # (a model: unknown)
+    other = reference.tokenizer_vocab()
+    if mine is not None and other is not None and mine != other:
+        differ = sorted(set(mine.items()) ^ set(other.items()), key=str)[:1]
         raise DistMatchConfigError(
-            f"{OPTION}={value!r}: {problem}; give a complete model folder (as saved by save_pretrained) or "
-            f"{INITIAL!r} (the starting model)."
+            f"{OPTION}={value!r}: its tokenizer.json maps tokens to ids differently from the trained model's "
+            f"(first difference: {differ[0]!r}); the reference model must share the tokenizer."
         )
+    reference.check_weights()  # no weight file, or one cut short: it would fail after the model loads
 
 
 def training_dtype(model: nn.Module) -> torch.dtype:

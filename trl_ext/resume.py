@@ -26,7 +26,7 @@ from typing import Any
 
 from distmatch.checkpoints import RECORD_FILE, last_checkpoint, run_records
 from distmatch.errors import DistMatchConfigError
-from distmatch.weights import fingerprint
+from distmatch.model_folder import fingerprint
 
 from . import __version__
 from .options import DISTMATCH_LOSSES, OPTION_DEFAULTS, loss_params, options_of
@@ -95,7 +95,7 @@ def used_options(loss: str | None, options: Mapping[str, Any]) -> dict[str, Any]
 
 def references_of(loss: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The model folders `loss`'s options name (`anchor_reference`, a cost-embedding folder): option -> its absolute
-    path and weights' fingerprint (`distmatch.weights.fingerprint`)."""
+    path and weights' fingerprint (`distmatch.model_folder.fingerprint`)."""
     found: dict[str, Any] = {}
     if loss not in DISTMATCH_LOSSES:
         return found

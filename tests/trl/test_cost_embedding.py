@@ -250,6 +250,21 @@ def test_cost_embedding_source_checked_from_config_json_only(tmp_path):
         check_cost_embedding_source(str(tmp_path / "empty"))
 
 
+def test_a_head_of_another_vocabulary_than_its_config_is_refused_from_the_header(models, tmp_path):
+    """config.json says 300 tokens but the head's tensor has 280 rows (a hand-edited or mixed-up checkpoint): found
+    in the safetensors header at configuration time, no tensor data read, naming the tensor and its file."""
+    folder = shutil.copytree(models["other_vocab"], tmp_path / "inconsistent")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(dict(config, vocab_size=300)))
+    with pytest.raises(DistMatchConfigError) as info:
+        check_cost_embedding_source(str(folder), 300)
+    message = str(info.value)
+    assert message.startswith(
+        f"emo_cost_embedding={str(folder)!r}: its output embedding `lm_head.weight` in "
+    )
+    assert "model.safetensors has shape (280, " in message and "expected [300, d]" in message
+
+
 @pytest.mark.parametrize(
     ("value", "valid"),
     [

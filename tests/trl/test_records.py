@@ -1,5 +1,5 @@
-"""The run record's checks as plain functions (`trl_ext/resume.py`, `distmatch/weights.py`, the model card), on
-folders built in the test: no trainer, no subprocess. The same guarantees through `trl sft`:
+"""The run record's checks as plain functions (`trl_ext/resume.py`, `distmatch/model_folder.py`, the model
+card), on folders built in the test: no trainer, no subprocess. The same guarantees through `trl sft`:
 tests/trl/cli/test_trl_records.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from distmatch.weights import fingerprint, weights_problem
+from distmatch.model_folder import fingerprint, weights_problem
 from tests.helpers.tiny_model import build_tiny_llama
 from trl_ext.model_card import section
 from trl_ext.resume import (
@@ -174,3 +174,27 @@ def test_reference_and_cost_embedding_folders_without_weights_are_refused(models
     for check in (check_reference_source, check_cost_embedding_source):
         with pytest.raises(DistMatchConfigError, match="has no weight file"):
             check(str(folder))
+
+
+def test_a_folder_missing_a_shard_is_refused_in_the_same_words_for_either_option(models, tmp_path):
+    """A sharded folder whose index names a shard that is not there (an interrupted download): the reference and
+    EMO's cost embedding (whose missing shard is the head's) refuse it at configuration time, before any model
+    loads, through the one reader of model folders."""
+    from trl_ext.anchor import check_reference_source
+    from trl_ext.cost_embedding.checkpoint import check_cost_embedding_source
+
+    folder = shutil.copytree(models["a"], tmp_path / "m")
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    header = (folder / "model-00001-of-00002.safetensors").read_bytes()
+    names = json.loads(header[8 : 8 + int.from_bytes(header[:8], "little")])
+    weight_map = {name: "model-00001-of-00002.safetensors" for name in names if name != "__metadata__"}
+    weight_map["lm_head.weight"] = "model-00002-of-00002.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    expected = "model-00002-of-00002.safetensors is missing (named by model.safetensors.index.json)"
+    for check, option in (
+        (check_reference_source, "anchor_reference"),
+        (check_cost_embedding_source, "emo_cost_embedding"),
+    ):
+        with pytest.raises(DistMatchConfigError) as info:
+            check(str(folder))
+        assert str(info.value).startswith(f"{option}={str(folder)!r}: ") and expected in str(info.value)

@@ -15,8 +15,9 @@ When:
 * setup, every rank: `resolve_cost_embedding(model, option)` -> (the fixed tensor or None, live?);
 * every forward: `cost_in_forward(...)`, the tensor the loss gets.
 
-Modules: `checkpoint` (another model's files, the vocabulary check), `head` (the training model's head: sharding,
-its live weight through peft's public API, the frozen copy, its vocabulary).
+Modules: `checkpoint` (another model as EMO reads it: the hub id, the vocabulary check, the [V, d] tensor; its
+folder is read by `distmatch.model_folder`, the one reader of model folders), `head` (the training model's head:
+sharding, its live weight through peft's public API, the frozen copy, its vocabulary).
 """
 
 from __future__ import annotations
@@ -40,9 +41,7 @@ from .checkpoint import (
     HUB_ID,
     check_cost_embedding_source,
     check_vocabulary,
-    model_vocab_size,
     read_output_embedding,
-    vocab_size_of,
 )
 from .head import (
     check_live_head,
@@ -140,10 +139,8 @@ __all__ = [
     "cost_in_forward",
     "frozen_head_copy",
     "live_head_weight",
-    "model_vocab_size",
     "read_output_embedding",
     "resolve_cost_embedding",
     "save_for_debugging",
     "training_vocab_size",
-    "vocab_size_of",
 ]

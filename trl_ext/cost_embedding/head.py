@@ -20,9 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from distmatch.errors import DistMatchConfigError
+from distmatch.model_folder import vocab_size as folder_vocab_size
 from distmatch.optional import require
-
-from .checkpoint import model_vocab_size
 
 
 def is_deepspeed_zero3(param: Tensor) -> bool:
@@ -149,7 +148,7 @@ def training_vocab_size(model: Any) -> int | None:
     """The vocabulary of the model being trained: a model (its head's rows, also ZeRO-3 partitioned) or a local
     folder (its `config.json`); None when unknown (a hub id, no head). Reads no weights."""
     if model is None or isinstance(model, (str, os.PathLike)):
-        return model_vocab_size(model)
+        return folder_vocab_size(model)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(head, "weight", None)
     if weight is None:
