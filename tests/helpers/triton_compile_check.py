@@ -28,6 +28,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from trl_ext.losses import triton_rows  # noqa: E402
+from trl_ext.losses.kernel_contract import LOSS_IDS, Mode  # noqa: E402
 from trl_ext.losses.registry import TRITON_LOSSES  # noqa: E402
 
 SIGNATURE = {
@@ -54,14 +55,13 @@ SIGNATURE = {
     "EMO1": "constexpr",
     "WANT_GRAD": "constexpr",
     "WANT_STATS": "constexpr",
-    "COEF_OUT": "constexpr",
-    "GRAD_ONLY": "constexpr",
+    "MODE": "constexpr",
     "BLOCK": "constexpr",
 }
-# (WANT_GRAD, WANT_STATS, COEF_OUT, GRAD_ONLY) the dispatcher launches: a chunk (the default paths), a chunk that
-# also stores its gradient coefficients (DISTMATCH_GRAD_WEIGHT_ACCUM=tiles' forward), a tile's gradient alone.
-MODES = [(grad, stats, False, False) for grad in (True, False) for stats in (True, False)]
-MODES += [(True, stats, True, False) for stats in (True, False)] + [(True, False, False, True)]
+# (WANT_GRAD, WANT_STATS, MODE) the dispatcher launches: a chunk (the default paths), a chunk that also stores its
+# gradient coefficients (DISTMATCH_GRAD_WEIGHT_ACCUM=tiles' forward), a tile's gradient alone.
+MODES = [(grad, stats, Mode.FULL) for grad in (True, False) for stats in (True, False)]
+MODES += [(True, stats, Mode.COEF_OUT) for stats in (True, False)] + [(True, False, Mode.GRAD_ONLY)]
 
 
 VOCAB = 128256  # Llama 3
@@ -87,7 +87,7 @@ def main(capability: int = 90, chunks: tuple[str, ...] = ("fp32", "bf16")) -> in
     target = GPUTarget("cuda", capability, 32)
     block, num_warps = triton_rows.launch_config(VOCAB)
     count = 0
-    for chunk, loss, emo1, (want_grad, want_stats, coef_out, grad_only) in itertools.product(
+    for chunk, loss, emo1, (want_grad, want_stats, mode) in itertools.product(
         chunks, TRITON_LOSSES, (True, False), MODES
     ):
         if loss != "emo" and not emo1:
@@ -97,12 +97,11 @@ def main(capability: int = 90, chunks: tuple[str, ...] = ("fp32", "bf16")) -> in
             "z_ptr": f"*{chunk}",
         }  # float32 chunks, or DISTMATCH_CHUNK_LOGITS=input's bf16
         values = {
-            "LOSS": TRITON_LOSSES.index(loss),
+            "LOSS": LOSS_IDS[loss],
             "EMO1": emo1,
             "WANT_GRAD": want_grad,
             "WANT_STATS": want_stats,
-            "COEF_OUT": coef_out,
-            "GRAD_ONLY": grad_only,
+            "MODE": int(mode),
             "BLOCK": block,
         }
         constexprs = {(names.index(k),): v for k, v in values.items()}
@@ -110,8 +109,8 @@ def main(capability: int = 90, chunks: tuple[str, ...] = ("fp32", "bf16")) -> in
         kernel = triton.compile(source, target=target, options={"num_warps": num_warps})
         usage = resource_usage(kernel.asm["cubin"])
         print(
-            f"compiled {chunk} {loss} emo1={emo1} grad={want_grad} stats={want_stats} coef_out={coef_out} "
-            f"grad_only={grad_only} BLOCK={block} warps={num_warps}: {usage}"
+            f"compiled {chunk} {loss} emo1={emo1} grad={want_grad} stats={want_stats} mode={mode.name} "
+            f"BLOCK={block} warps={num_warps}: {usage}"
         )
         spilled = int(re.search(r"LOCAL:(\d+)", usage).group(1))
         if spilled:

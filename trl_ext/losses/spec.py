@@ -11,7 +11,7 @@ listed once in `registry.LOSSES`. Its spec holds everything the rest of the code
 * `stats` it adds to the logged statistics, whether it `needs_cost_embedding`, whether the Triton row kernel
   implements it (`triton`).
 
-This module holds no loss math and imports nothing from the package.
+This module holds no loss math and imports nothing from the package but the Triton kernel's `N_COEF`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
+
+# How many coefficients of its logit gradient the Triton kernel stores per row, for a later gradient-only pass over
+# a vocabulary tile (DISTMATCH_GRAD_WEIGHT_ACCUM=tiles); the slots are named in `kernel_contract.Coef`.
+from .kernel_contract import N_COEF
 
 #: Default of a parameter the caller must always give (EMO's cost embedding).
 REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
@@ -77,12 +81,6 @@ class TokenStats:
 
 #: Statistics every loss reports; a spec's `stats` names the extra `TokenStats` fields it fills.
 BASE_STATS = ("ce", "entropy", "top1_correct")
-
-
-#: The per-row coefficients of a row's logit gradient the Triton kernel stores for a later gradient-only pass over
-#: a vocabulary tile (`triton_rows.triton_tile_gradient`, DISTMATCH_GRAD_WEIGHT_ACCUM=tiles): lse, a, b, s_mean (CE,
-#: EMO), mb, sum_q, R (GEM) and z_y.
-N_COEF = 8
 
 
 @dataclass
@@ -168,6 +166,7 @@ class LossSpec:
 
 __all__ = [
     "BASE_STATS",
+    "N_COEF",
     "REQUIRED",
     "ChunkResult",
     "FullLogits",
