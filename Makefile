@@ -289,7 +289,7 @@ test-core: $(CORE_STAMP)
 	$(call pytest_run,$(VENV),$(NOT_ENV_MARKED))
 
 # The Axolotl-specific tests and the TRL trainer and CLI tests on the TRL 1.9 / transformers 5.16 stack, then the
-# Triton kernels' CPU interpreter tests (tests/losses/test_triton.py: Triton is installed here, not in .venv). Only
+# Triton kernels' CPU interpreter tests (tests/losses/test_triton.py, test_kernel_contract.py: Triton is here, not in .venv). Only
 # those of the loss library: the rest is pure torch, the same torch 2.13 as .venv's, where it runs. Two pytest runs:
 # Triton chooses between compiling and interpreting when it is first imported, and Axolotl imports it, so the kernel
 # tests' run sets TRITON_INTERPRET=1 in its environment (this machine has no GPU; tools/gpu_check.sh runs the same
@@ -297,7 +297,7 @@ test-core: $(CORE_STAMP)
 # free (`--dist worksteal`; with loadscope one worker ran all of them, 46 s against 28 s).
 test-axolotl: $(AXO_STAMP)
 	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or (trl_cli and not one_stack))
-	$(call pytest_run,$(VENV_AXOLOTL),loss_library,tests/losses/test_triton.py,TRITON_INTERPRET=1,$(PYTEST_XDIST_BY_TEST))
+	$(call pytest_run,$(VENV_AXOLOTL),loss_library,tests/losses/test_triton.py tests/losses/test_kernel_contract.py,TRITON_INTERPRET=1,$(PYTEST_XDIST_BY_TEST))
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)

@@ -246,7 +246,16 @@ def _closure(graph: dict[str, set[str]], start: str) -> set[str]:
 def test_reference_depends_on_the_registry_only():
     graph = _module_graph()
     assert graph["reference"] == {"registry", "spec"}
-    paths = {"chunked", "plan", "logits_path", "fused_path", "grad_weight", "rows", "row_backends", "triton_rows"}
+    paths = {
+        "chunked",
+        "plan",
+        "logits_path",
+        "fused_path",
+        "grad_weight",
+        "rows",
+        "row_backends",
+        "triton_rows",
+    }
     assert not paths & _closure(graph, "reference")
 
 
