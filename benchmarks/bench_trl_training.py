@@ -9,10 +9,11 @@ allocator state or peak cannot leak into the next:
   baseline;
 * ``ce``, ``gem_linear``, ``gem_ls``, ``emo``, ...: ``DistMatchSFTTrainer`` with ``DistMatchSFTConfig(loss=...)``.
 
-Tokens/s counts the non-padding input tokens of the timed steps (the first ``--warmup-steps`` are excluded) per
-second of step wall time; peak memory is the worker's ``ru_maxrss`` on CPU (whole process: model, optimizer state,
-activations) and ``max_memory_allocated`` on CUDA. Full fine-tuning by default (the LM head is trained, so the loss's
-weight gradient is part of the cost); ``--lora-r`` > 0 trains LoRA adapters instead.
+The measurement is the GPU check's (benchmarks/_training_probe.py): tokens/s counts the non-padding input tokens of
+the timed steps (the first ``--warmup-steps`` are excluded) per second of their wall time; peak memory is the
+worker's ``ru_maxrss`` on CPU (whole process: model, optimizer state, activations) and ``max_memory_allocated`` since
+training began on CUDA. Full fine-tuning by default (the LM head is trained, so the loss's weight gradient is part
+of the cost); ``--lora-r`` > 0 trains LoRA adapters instead.
 
 Usage (from the repository root)::
 
@@ -31,12 +32,11 @@ import importlib
 import json
 import os
 import platform
-import resource
-import statistics
 import sys
 import time
 from pathlib import Path
 
+import _training_probe as training_probe
 from _harness import fmt, library_versions, run_worker_process, write_outputs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -67,14 +67,13 @@ def _demo_module(name: str):
 
 def run_worker(case: dict) -> dict:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     sys.path.insert(0, str(REPO_ROOT))
     demo = _demo_module("demo_train")
 
     torch.set_num_threads(case["threads"])
     cuda = case["device"].startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     set_seed(case["seed"])
     tokenizer = AutoTokenizer.from_pretrained(case["model"])
     model = AutoModelForCausalLM.from_pretrained(case["model"], dtype=getattr(torch, case["dtype"]))
@@ -95,7 +94,6 @@ def run_worker(case: dict) -> dict:
         "report_to": "none",
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
-        "include_num_input_tokens_seen": "non_padding",
     }
     peft_config = None
     if case["lora_r"] > 0:
@@ -114,53 +112,15 @@ def run_worker(case: dict) -> dict:
         args = DistMatchSFTConfig(loss=case["loss"], **common, **demo.no_checkpointing(DistMatchSFTConfig))
         trainer_class = DistMatchSFTTrainer
 
-    steps: list[dict] = []
-
-    class StepClock(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kwargs):
-            sync()
-            self.start, self.tokens = time.perf_counter(), state.num_input_tokens_seen
-
-        def on_step_end(self, args, state, control, **kwargs):
-            sync()
-            steps.append(
-                {
-                    "seconds": time.perf_counter() - self.start,
-                    "tokens": state.num_input_tokens_seen - self.tokens,
-                }
-            )
-
     trainer = trainer_class(
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
     )
-    trainer.add_callback(StepClock())
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
+    record = training_probe.new_record()
+    training_probe.attach(trainer, record)
     trainer.train()
-    if cuda:
-        peak_mib = torch.cuda.max_memory_allocated() / 2**20
-        method = "cuda max_memory_allocated"
-    else:
-        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        method = "ru_maxrss (whole process)"
-    timed = steps[case["warmup_steps"] :]
-    if not timed:
-        raise RuntimeError(
-            f"no timed steps: --steps {case['steps']} <= --warmup-steps {case['warmup_steps']}"
-        )
-    seconds, tokens = sum(s["seconds"] for s in timed), sum(s["tokens"] for s in timed)
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return {
         **case,
-        "tokens_per_s": tokens / seconds,
-        "timed_tokens": tokens,
-        "timed_seconds": seconds,
-        "seconds_per_step": statistics.median(s["seconds"] for s in timed),
-        "step_seconds": [s["seconds"] for s in steps],
-        "peak_mib": peak_mib,
-        "memory_method": method,
-        "first_loss": losses[0] if losses else None,
-        "last_loss": losses[-1] if losses else None,
+        **training_probe.summarise(record, case["warmup_steps"]),
         "trainable_parameters": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
     }
 
@@ -168,14 +128,6 @@ def run_worker(case: dict) -> dict:
 # --------------------------------------------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------------------------------------------
-
-
-def add_ratios(results: list[dict]) -> None:
-    base = next((r for r in results if r["loss"] == BASELINE and "error" not in r), None)
-    for r in results:
-        ok = base is not None and "error" not in r
-        r["speed_ratio"] = r["tokens_per_s"] / base["tokens_per_s"] if ok else None
-        r["memory_ratio"] = r["peak_mib"] / base["peak_mib"] if ok else None
 
 
 def results_table(results: list[dict]) -> str:
@@ -188,16 +140,19 @@ def results_table(results: list[dict]) -> str:
         if "error" in r:
             rows.append(f"| {r['loss']} | {trainer} | error: {r['error']} | | | | | | |")
             continue
-        if r["loss"] == BASELINE or r["speed_ratio"] is None:
+        if r["loss"] == BASELINE or "speed_ratio" not in r:
             goal = "baseline" if r["loss"] == BASELINE else "-"
         else:
-            misses = [w for w, ok in (("speed", r["speed_ratio"] >= MIN_SPEED_RATIO),
-                                      ("memory", r["memory_ratio"] <= MAX_MEMORY_RATIO)) if not ok]  # fmt: skip
+            met = {
+                "speed": r["speed_ratio"] >= MIN_SPEED_RATIO,
+                "memory": r["memory_ratio"] <= MAX_MEMORY_RATIO,
+            }
+            misses = [what for what, ok in met.items() if not ok]
             goal = "met" if not misses else f"not met ({', '.join(misses)})"
         rows.append(
-            f"| {r['loss']} | {trainer} | {r['tokens_per_s']:.0f} | {fmt(r['speed_ratio'], '.2f')} | "
-            f"{r['peak_mib']:.0f} | {fmt(r['memory_ratio'], '.2f')} | {r['seconds_per_step']:.2f} | "
-            f"{fmt(r['first_loss'], '.3f')} → {fmt(r['last_loss'], '.3f')} | {goal} |"
+            f"| {r['loss']} | {trainer} | {r['tokens_per_s']:.0f} | {fmt(r.get('speed_ratio'), '.2f')} | "
+            f"{r['peak_mib']:.0f} | {fmt(r.get('memory_ratio'), '.2f')} | {r['s_per_step']:.2f} | "
+            f"{fmt(r['loss_first'], '.3f')} → {fmt(r['loss_last'], '.3f')} | {goal} |"
         )
     return "\n".join(rows)
 
@@ -265,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO_ROOT))
     from trl_ext.options import DISTMATCH_LOSSES
 
-    losses = [name.strip() for name in args.losses.split(",") if name.strip()]
+    # Each loss once: the ratios are keyed by loss.
+    losses = list(dict.fromkeys(name.strip() for name in args.losses.split(",") if name.strip()))
     known = (BASELINE, *DISTMATCH_LOSSES)
     unknown = [name for name in losses if name not in known]
     if unknown or not losses:
@@ -302,12 +258,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_trl_") as tmp:
         for i, loss in enumerate(losses, 1):
             log(f"{i}/{len(losses)}: {loss}")
+            shape = ("steps", "warmup_steps", "batch_size", "max_length", "lora_r", "threads", "seed")
             case = {
-                "loss": loss, "model": str(model), "data": args.data, "device": device, "dtype": dtype,
-                "threads": args.threads, "seed": args.seed, "steps": args.steps, "warmup_steps": args.warmup_steps,
-                "batch_size": args.batch_size, "max_length": args.max_length, "lora_r": args.lora_r,
+                "loss": loss,
+                "model": str(model),
+                "data": args.data,
+                "device": device,
+                "dtype": dtype,
+                **{k: getattr(args, k) for k in shape},
                 "output_dir": str(Path(tmp) / loss),
-            }  # fmt: skip
+            }
             result = run_worker_process(__file__, case, args.case_timeout)
             if "error" in result:
                 log(f"{loss}: ERROR {result['error']}")
@@ -315,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{loss}: {result['tokens_per_s']:.0f} tokens/s, peak {result['peak_mib']:.0f} MiB")
             results.append(result)
     meta["load_after"] = os.getloadavg()[0]
-    add_ratios(results)
+    training_probe.add_ratios({r["loss"]: r for r in results}, BASELINE)
     text = report(results, meta)
     print(text)
     if args.out:

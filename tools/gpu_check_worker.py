@@ -1,149 +1,44 @@
 #!/usr/bin/env python
-"""The child side of `tools/gpu_check.py`: the training benchmark's model and data, the packing parity check, and
-the probe that each `trl sft` run of the benchmark reports through.
+"""The child side of `tools/gpu_check.py`: the training step's model and data, and the packing parity check.
 
-Run as `python tools/gpu_check_worker.py build|parity ...` with the kit's folder on PYTHONPATH; the probe is
-installed by the kit folder's `sitecustomize.py` when `DISTMATCH_GPU_CHECK_PROBE` names a file. Only the standard
-library is imported at the top (the probe runs at every interpreter start of a training run).
+Run as `python tools/gpu_check_worker.py build|parity ...` with the kit's folder on PYTHONPATH. The probe each
+`trl sft` run of the training step reports through is the training measurement benchmarks/_training_probe.py (the
+kit folder's `sitecustomize.py` installs it). Only the standard library is imported at the top (the driver imports
+`best_attention` from here).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.abc
-import importlib.machinery
 import json
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PROBE_ENV = "DISTMATCH_GPU_CHECK_PROBE"
-LAUNCHED_ENV = "DISTMATCH_GPU_CHECK_LAUNCHED"
 
 # A Llama-3-style decoder: Llama-3.2-1B's widths (d 2048, GQA 32/8 heads, SwiGLU 8192, rope theta 5e5) and
 # Llama-3's vocabulary (128,256) on 4 of its 16 layers, the head untied. `tiny`: the CPU dry run's.
 MODEL_SHAPES: dict[str, dict[str, int]] = {
-    "llama3": {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 4, "num_attention_heads": 32,
-               "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192},
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "vocab_size": 4096, "max_position_embeddings": 512},
-}  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The probe: tokens/s and peak memory of a `trl sft` run, rewritten after every step (a run stopped by its time
-# limit still has its steps measured) and when training ends
-
-
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Patches `transformers.trainer.Trainer` right after that module is executed (no import at start-up)."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "transformers.trainer":
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            _patch_trainer(module.Trainer)
-
-        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
-
-
-def install_probe() -> None:
-    if os.environ.get(PROBE_ENV) and not any(isinstance(f, _PatchAfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchAfterImport())
-
-
-def _patch_trainer(trainer_cls: Any) -> None:
-    import torch
-    from transformers import TrainerCallback
-
-    record: dict[str, Any] = {
-        "tokens": 0,
-        "step_tokens": [],
-        "step_end_s": [],
-        "losses": [],
-        "finished": False,
-    }
-    cuda = torch.cuda.is_available()
-    record["device"] = torch.cuda.get_device_name() if cuda else "cpu"
-    # The fused path's settings the training process ran with (docs/losses.md "Chunk logits").
-    record["settings"] = {
-        k: v
-        for k, v in sorted(os.environ.items())
-        if k.startswith("DISTMATCH_") and k not in (PROBE_ENV, LAUNCHED_ENV)
-    }
-    launched = float(os.environ.get(LAUNCHED_ENV, "nan"))  # wall clock when the driver started `trl sft`
-
-    def write() -> None:  # after every step: kept small, its time falls into the next step's
-        if cuda:
-            record["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
-        else:
-            import resource
-
-            record["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        target = Path(os.environ[PROBE_ENV])
-        target.with_suffix(".tmp").write_text(json.dumps(record))
-        target.with_suffix(".tmp").replace(target)
-
-    class Probe(TrainerCallback):
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if cuda:
-                torch.cuda.synchronize()
-            record["step_end_s"].append(time.perf_counter())
-            record["step_tokens"].append(record["tokens"])
-            if len(record["step_end_s"]) == 1:
-                record["first_step_after_s"] = time.time() - launched
-            write()
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            if logs and "loss" in logs:
-                record["losses"].append(float(logs["loss"]))
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            record["finished"] = True
-            write()
-
-    init, training_step = trainer_cls.__init__, trainer_cls.training_step
-
-    def patched_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        record["trainer_ready_after_s"] = time.time() - launched
-        self.add_callback(Probe())
-        record["trainer_class"] = type(self).__name__
-
-    def patched_step(self: Any, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-        mask = inputs.get("attention_mask")
-        record["tokens"] += int(mask.sum()) if mask is not None else int(inputs["input_ids"].numel())
-        return training_step(self, model, inputs, *args, **kwargs)
-
-    trainer_cls.__init__, trainer_cls.training_step = patched_init, patched_step
-
-
-def train_summary(record: dict[str, Any], warmup: int) -> dict[str, Any]:
-    """Tokens/s over the steps after `warmup` (each step's end synchronised), peak MiB, first and last loss."""
-    ends, tokens = record["step_end_s"], record["step_tokens"]
-    if len(ends) <= warmup + 1:
-        warmup = 0 if len(ends) > 1 else -1
-    if warmup < 0:
-        raise ValueError(f"{len(ends)} steps recorded: too few to time")
-    seconds = ends[-1] - ends[warmup]
-    counted = tokens[-1] - tokens[warmup]
-    losses = record.get("losses") or [float("nan")]
-    return {"tokens_per_s": counted / seconds, "peak_mib": record["peak_mib"], "timed_steps": len(ends) - 1 - warmup,
-            "s_per_step": seconds / (len(ends) - 1 - warmup), "loss_first": losses[0], "loss_last": losses[-1],
-            "device": record.get("device"), "trainer_class": record.get("trainer_class"),
-            "finished": record.get("finished", False), "steps_done": len(ends),
-            "trainer_ready_after_s": record.get("trainer_ready_after_s"),
-            "first_step_after_s": record.get("first_step_after_s"), "settings": record.get("settings", {})}  # fmt: skip
+    "llama3": {
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+    },
+    "tiny": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 4096,
+        "max_position_embeddings": 512,
+    },
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -171,18 +66,21 @@ def build(out: Path, shape: str, n_examples: int) -> dict[str, Any]:
 
     tokenizer = build_tokenizer(300)
     tokenizer.chat_template = tokenizer.chat_template or CHAT_TEMPLATE
+    special = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
     config = LlamaConfig(
-        **MODEL_SHAPES[shape], rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+        **MODEL_SHAPES[shape], rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False, **special
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     model_dir = out / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    (out / "data").mkdir(
-        parents=True, exist_ok=True
-    )  # `--dataset_name <dir>`: datasets' json loader, split train
+    # `--dataset_name <dir>`: datasets' json loader, split train
+    (out / "data").mkdir(parents=True, exist_ok=True)
     write_sft_jsonl(out / "data" / "train.jsonl", n=n_examples)
     params = sum(p.numel() for p in model.parameters())
     return {"model": str(model_dir), "data": str(out / "data"), "params": params, **MODEL_SHAPES[shape]}
@@ -211,9 +109,15 @@ def parity(
     model.to(device)
     cpu = not device.startswith("cuda")
     args = DistMatchSFTConfig(
-        output_dir=str(out / "parity"), loss=loss, padding_free=True, max_length=None, report_to="none",
-        use_cpu=cpu, bf16=dtype == "bfloat16", per_device_train_batch_size=n_docs,
-    )  # fmt: skip
+        output_dir=str(out / "parity"),
+        loss=loss,
+        padding_free=True,
+        max_length=None,
+        report_to="none",
+        use_cpu=cpu,
+        bf16=dtype == "bfloat16",
+        per_device_train_batch_size=n_docs,
+    )
     dataset = load_dataset("json", data_files=str(data / "train.jsonl"), split=f"train[:{n_docs * 4}]")
     trainer = DistMatchSFTTrainer(
         model=model,
@@ -244,17 +148,26 @@ def parity(
     trainer.model.train()
     docs = list(range(n_docs))
     packed = batch(docs)
-    assert "attention_mask" not in packed and packed["input_ids"].shape[0] == 1, (
-        "the batch is not padding-free"
-    )
+    padding_free = "attention_mask" not in packed and packed["input_ids"].shape[0] == 1
+    assert padding_free, "the batch is not padding-free"
     got, g_packed = loss_and_grads([packed])
     want, g_docs = loss_and_grads([batch([i]) for i in docs])
     worst = max(float((g_packed[n] - g_docs[n]).norm() / g_docs[n].norm().clamp_min(1e-30)) for n in g_docs)
     tol = {"bfloat16": 2e-2, "float16": 1e-2}.get(dtype, 1e-4)
     loss_rel = abs(got - want) / abs(want)
-    return {"loss": loss, "attention": attn, "dtype": dtype, "documents": n_docs, "tokens": packed["input_ids"].numel(),
-            "loss_packed": got, "loss_documents": want, "loss_rel_err": loss_rel, "grad_rel_err_max": worst,
-            "tolerance": tol, "ok": loss_rel <= tol and worst <= tol}  # fmt: skip
+    return {
+        "loss": loss,
+        "attention": attn,
+        "dtype": dtype,
+        "documents": n_docs,
+        "tokens": packed["input_ids"].numel(),
+        "loss_packed": got,
+        "loss_documents": want,
+        "loss_rel_err": loss_rel,
+        "grad_rel_err_max": worst,
+        "tolerance": tol,
+        "ok": loss_rel <= tol and worst <= tol,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
