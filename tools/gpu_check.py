@@ -7,7 +7,7 @@ each step and each training run is one entry of tools/gpu_check_table.py:
 * install: the kit's wheels (`make gpu-kit`: build/gpu-kit/wheels) offline into a target folder (`--site`) that goes
   first on PYTHONPATH, `--no-deps` (the image's torch is never touched); its `sitecustomize.py` processes the
   folder's `.pth` files (our `trl sft --loss` hook) and installs the training probe (benchmarks/_training_probe.py);
-* `triton`: tests/losses/test_triton.py (junit XML);
+* `triton`: tests/losses/test_triton.py and test_kernel_contract.py (junit XML);
 * `memory`: benchmarks/bench_fused_memory.py at Llama-3-8B's head (N 8192, bf16): our fused rows under each memory
   setting (chunk logits, weight-gradient accumulator, chunk budget) and Liger's, extra memory, time and float64 error;
 * `parity`: a packed padding-free batch against its documents one by one (loss and every gradient);

@@ -27,11 +27,15 @@ def run_install(ctx: Context, limit: float) -> dict[str, Any]:
 
 
 def run_triton(ctx: Context, limit: float) -> dict[str, Any]:
-    """tests/losses/test_triton.py under pytest, its counts and skip reasons from the junit XML."""
+    """The kernel tests (test_triton.py, test_kernel_contract.py) under pytest, counts and skip reasons from junit."""
     xml = ctx.args.out / "triton_tests.xml"
     xml.unlink(missing_ok=True)  # never a previous run's results
     pytest = [sys.executable, *"-m pytest -q -p no:cacheprovider -p no:xdist -o addopts=".split()]
-    rec = ctx.runner.run("triton", [*pytest, f"--junitxml={xml}", "tests/losses/test_triton.py"], limit)
+    rec = ctx.runner.run(
+        "triton",
+        [*pytest, f"--junitxml={xml}", "tests/losses/test_triton.py", "tests/losses/test_kernel_contract.py"],
+        limit,
+    )
     return {"status": rec["status"], "counts": junit_counts(xml), "skips": junit_skips(xml)}
 
 
