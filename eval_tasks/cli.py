@@ -4,7 +4,8 @@ Subcommands (``distmatch-eval <cmd> --help`` for every flag):
 
 * ``generate``  K samples per prompt from a checkpoint -> JSONL (HF ``generate``; vLLM when installed and a GPU is
   present). Defaults are GEM's creative-writing settings: 16 samples, temperature 1.0, top-k 50, top-p 0.9, up to
-  512 new tokens; the tokenizer's chat template is applied when it has one.
+  512 new tokens; the tokenizer's chat template is applied when it has one. A prompt longer than the model's context
+  less the new tokens keeps its last tokens, as lm-eval does, with a warning.
 * ``diversity`` n-gram / Self-BLEU / Sentence-BERT diversity (and MAUVE against references) of such a JSONL -> JSON.
 * ``nexttoken`` perplexity, mean token entropy, mean top-1 probability of a checkpoint on a dataset, and the
   next-token distributions of a few prompts (GEM figure 6) -> JSON.
@@ -13,8 +14,9 @@ Subcommands (``distmatch-eval <cmd> --help`` for every flag):
 
 Errors in the input (a prompt with fewer than 2 samples, empty samples, unknown models, missing optional
 dependencies, unreadable files, files that are not UTF-8, a cut-off last line, an existing ``generate -o`` file
-without ``--overwrite``, ``--resume`` into a file made with other settings, ``diversity`` on a file whose records were
-made with different settings or that holds a prompt twice) end the command with exit status 2 and a one-line
+without ``--overwrite``, ``--resume`` into a file made with other settings, ``--max-new-tokens`` at or above the model's
+context, ``diversity`` on a file whose records were made with different settings or that holds a prompt twice, a
+``--sbert-model`` that cannot be loaded) end the command with exit status 2 and a one-line
 message; set ``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
 
 Each command only maps its flags onto the library: :mod:`eval_tasks.samples` (files), :mod:`eval_tasks.generation`
@@ -130,9 +132,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if backend == "vllm":
         transformers = require("transformers", extra="eval", feature="distmatch-eval generate")
         model, tokenizer = None, transformers.AutoTokenizer.from_pretrained(args.model)
+        config = transformers.AutoConfig.from_pretrained(args.model)
     else:
         model, tokenizer, _ = G.load_checkpoint(args.model, args.device, args.dtype)
-    encoded = G.encode_prompts(tokenizer, todo, args.chat_template)
+        config = model.config
+    limit = G.PromptLimit.of(args.model, config, tokenizer, args.max_new_tokens)
+    encoded = G.encode_prompts(tokenizer, todo, args.chat_template, limit)
+    cut = [e.record["id"] for e in encoded if e.truncated]
+    if cut:
+        shown = ", ".join(map(repr, cut[:5])) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
+        print(
+            f"distmatch-eval generate: warning: {len(cut)} prompt(s) ({shown}) longer than the {limit.tokens} tokens "
+            f"the context leaves ({limit.context}, {limit.source}, less --max-new-tokens {args.max_new_tokens}): "
+            "their last tokens are kept, as lm-eval does (input_truncated in their records).",
+            file=sys.stderr,
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
     with out.open("a" if done else "w", encoding="utf-8") as f:
@@ -191,6 +205,17 @@ def cmd_diversity(args: argparse.Namespace) -> int:
     sbert_model, sbert_note = args.sbert_model, None
     if sbert_model is None and resolved["sbert_model"] == "paper" and "sbert" in args.metrics:
         sbert_model, sbert_note = results.paper_sbert_or_default(args.device)
+    elif sbert_model is not None and "sbert" in metrics:  # loaded before any scoring (cached for the metric)
+        from eval_tasks.metrics.sentence_bert import SbertUnavailableError
+
+        try:
+            M.load_sbert(sbert_model, device=args.device)
+        except SbertUnavailableError as err:
+            raise InputError(
+                f"--sbert-model {sbert_model}: cannot be loaded: {err.reason}. Give a local sentence-transformers "
+                "folder, a Hub name (one in the local Hugging Face cache when offline), or leave it out for the "
+                "offline default."
+            ) from None
     meta = records[0].get("meta") if isinstance(records[0].get("meta"), dict) else None
     benchmark = (
         args.benchmark
@@ -321,7 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=GEM_GENERATION["temperature"], help="0 = greedy")
     g.add_argument("--top-k", type=int, default=GEM_GENERATION["top_k"], help="0 = off")
     g.add_argument("--top-p", type=float, default=GEM_GENERATION["top_p"])
-    g.add_argument("--max-new-tokens", type=int, default=GEM_GENERATION["max_new_tokens"])
+    g.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=GEM_GENERATION["max_new_tokens"],
+        help="below the model's context; a prompt longer than the rest keeps its last tokens (lm-eval's truncation)",
+    )
     g.add_argument(
         "--min-new-tokens",
         type=int,

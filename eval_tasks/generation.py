@@ -18,9 +18,12 @@ from eval_tasks.task_options import TASK_OPTIONS
 
 __all__ = [
     "GEM_GENERATION",
+    "LM_EVAL_DEFAULT_CONTEXT",
     "Encoded",
+    "PromptLimit",
     "Sampling",
     "choose_backend",
+    "context_length",
     "encode_prompt",
     "encode_prompts",
     "generate_batches",
@@ -76,9 +79,92 @@ class Encoded:
     """A prompt record ready for generation."""
 
     record: Mapping[str, Any]
-    text: str  #: the input text (chat template applied when `chat`)
+    text: str  #: the input text (chat template applied when `chat`; truncated: the kept tokens, decoded)
     ids: list[int]
     chat: bool
+    truncated: bool = False  #: only the prompt's last tokens are kept (:class:`PromptLimit`)
+
+
+#: lm-eval's context length when neither the model's config nor its tokenizer gives one (lm_eval.models.utils).
+LM_EVAL_DEFAULT_CONTEXT = 2048
+#: A tokenizer's ``model_max_length`` at or above this means "not set" (transformers' VERY_LARGE_INTEGER is 1e30).
+_UNSET_MAX_LENGTH = 10**18
+
+
+def context_length(config: Any, tokenizer: Any) -> tuple[int, str]:
+    """(the model's context length in tokens, where it comes from), found as lm-eval's HF backend finds it
+    (``resolve_max_length``): the config's (a composite config's ``text_config``) ``n_positions``,
+    ``max_position_embeddings`` or ``n_ctx``, else the tokenizer's ``model_max_length``, else lm-eval's default."""
+    cfg = getattr(config, "text_config", None) or config
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(cfg, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value, f"{attr} in its config"
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, int) and 0 < value < _UNSET_MAX_LENGTH:
+        return value, "model_max_length of its tokenizer"
+    return LM_EVAL_DEFAULT_CONTEXT, "lm-eval's default: neither its config nor its tokenizer gives one"
+
+
+#: Characters per token of the first tail of a long prompt that is tokenized (natural text has about 4).
+_FIRST_CHARS_PER_TOKEN = 8
+#: Tokens tokenized beyond those kept: the first tokens of a text cut in the middle may differ from the whole text's.
+_MARGIN_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class PromptLimit:
+    """The most prompt tokens generation can take: the context less the new tokens, as lm-eval's HF and vLLM
+    backends reserve them (``max_length - max_gen_toks``); a longer prompt keeps its last `tokens` tokens, as lm-eval
+    left-truncates it. `max_token_chars`: the longest vocabulary entry, so that a prompt's tail of
+    ``max_token_chars x tokens`` characters surely holds more than `tokens` tokens."""
+
+    tokens: int
+    context: int
+    source: str  #: where `context` comes from
+    max_token_chars: int
+
+    @classmethod
+    def of(cls, model: str, config: Any, tokenizer: Any, max_new_tokens: int) -> PromptLimit:
+        """The limit of `model` (its config and tokenizer) for `max_new_tokens`; refused when no prompt token fits."""
+        context, source = context_length(config, tokenizer)
+        if max_new_tokens >= context:
+            raise InputError(
+                f"--max-new-tokens {max_new_tokens}: {model} has a context of {context} tokens ({source}), which "
+                f"leaves no room for the prompt; give at most {context - 1} (lm-eval refuses it the same way)."
+            )
+        try:
+            longest = max((len(piece) for piece in tokenizer.get_vocab()), default=1)
+        except (AttributeError, NotImplementedError, TypeError):
+            longest = 64
+        return cls(context - max_new_tokens, context, source, max(longest, 1))
+
+    def fit(self, tokenizer: Any, text: str, add_special_tokens: bool, where: str) -> tuple[list[int], bool]:
+        """(the token ids of `text`, or its last `tokens` ids, whether it was cut). A text too long to fit is
+        tokenized only from a tail long enough to hold more than `tokens` tokens (8 characters a token first, then 4
+        times longer, up to `max_token_chars` a token), so that a huge prompt costs what its kept tokens cost."""
+        want = self.tokens + _MARGIN_TOKENS
+        longest = self.max_token_chars * want
+        chars = _FIRST_CHARS_PER_TOKEN * want
+        while chars < len(text):
+            ids = _ids(tokenizer, text[-chars:], False)
+            if len(ids) > want:
+                return ids[-self.tokens :], True
+            # Each token covers at most `max_token_chars` characters: only a normaliser that drops characters, or
+            # an unknown-token piece, makes fewer tokens of this tail.
+            if chars >= longest:
+                raise InputError(
+                    f"{where}: its last {chars:,} characters (of {len(text):,}) make only {len(ids)} tokens, so "
+                    f"which of its tokens fit the {self.tokens} the context leaves cannot be told without "
+                    "tokenizing all of it; shorten the prompt."
+                )
+            chars = min(4 * chars, longest)
+        ids = _ids(tokenizer, text, add_special_tokens)
+        return (ids[-self.tokens :], True) if len(ids) > self.tokens else (ids, False)
+
+
+def _ids(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
 
 
 def generation_meta(
@@ -137,9 +223,12 @@ def load_checkpoint(path: str, device: str = "auto", dtype: str = "auto") -> tup
     return model, tokenizer, device
 
 
-def encode_prompt(tokenizer: Any, record: Mapping[str, Any], chat_mode: str = "auto") -> Encoded:
+def encode_prompt(
+    tokenizer: Any, record: Mapping[str, Any], chat_mode: str = "auto", limit: PromptLimit | None = None
+) -> Encoded:
     """A prompt record's input text and token ids; `chat_mode`: ``auto`` (template if the tokenizer has one),
-    ``always`` or ``never``. ``text`` records are continued as they are."""
+    ``always`` or ``never``. ``text`` records are continued as they are. `limit`: a longer input (chat template
+    included) keeps its last ``limit.tokens`` tokens (``truncated``; ``text`` is then those tokens decoded)."""
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if "text" in record:
         use_chat = False
@@ -150,7 +239,7 @@ def encode_prompt(tokenizer: Any, record: Mapping[str, Any], chat_mode: str = "a
     if use_chat:
         messages = record.get("messages") or [{"role": "user", "content": record["prompt"]}]
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        special = False
     else:
         if "messages" in record:
             raise InputError(
@@ -158,15 +247,23 @@ def encode_prompt(tokenizer: Any, record: Mapping[str, Any], chat_mode: str = "a
                 "--chat-template never)."
             )
         text = record.get("text", record.get("prompt"))
-        ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
-    return Encoded(record, text, ids, use_chat)
+        special = True
+    if limit is None:
+        return Encoded(record, text, _ids(tokenizer, text, special), use_chat)
+    ids, cut = limit.fit(tokenizer, text, special, f"prompt id={record['id']!r}")
+    if cut:
+        text = tokenizer.decode(ids, skip_special_tokens=False)
+    return Encoded(record, text, ids, use_chat, cut)
 
 
 def encode_prompts(
-    tokenizer: Any, records: Sequence[Mapping[str, Any]], chat_mode: str = "auto"
+    tokenizer: Any,
+    records: Sequence[Mapping[str, Any]],
+    chat_mode: str = "auto",
+    limit: PromptLimit | None = None,
 ) -> list[Encoded]:
     """Every record encoded before any generation, so a bad prompt fails before work is done."""
-    return [encode_prompt(tokenizer, record, chat_mode) for record in records]
+    return [encode_prompt(tokenizer, record, chat_mode, limit) for record in records]
 
 
 def left_pad(tokenizer: Any, batch: Sequence[Sequence[int]]) -> tuple[Any, Any, int]:
@@ -299,5 +396,7 @@ def generate_batches(
             }
             if "reference" in e.record:
                 row["reference"] = e.record["reference"]
+            if e.truncated:  # input_text holds the kept tokens
+                row["input_truncated"] = True
             rows.append(row)
         yield rows

@@ -71,7 +71,9 @@ def paper_sbert_or_default(device: str | None) -> tuple[str | None, str | None]:
         M.load_sbert(M.GEM_SBERT_MODEL, device=device)
         return M.GEM_SBERT_MODEL, None
     except (ValueError, ImportError) as err:
-        reason = f"{M.GEM_SBERT_MODEL} could not be loaded ({' '.join(str(err).split())[:300]})"
+        # SbertUnavailableError: its reason, in one line
+        why = getattr(err, "reason", None) or " ".join(str(err).split())[:300]
+        reason = f"{M.GEM_SBERT_MODEL} could not be loaded ({why})"
         print(
             f"distmatch-eval diversity: warning: {reason}; Sentence-BERT diversity uses the offline default "
             "instead (not comparable with GEM's Table 2). Give a local copy with --sbert-model PATH.",

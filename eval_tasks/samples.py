@@ -2,7 +2,9 @@
 
 A *samples file* (written by ``distmatch-eval generate`` and the demo) is JSON Lines, one record per prompt:
 ``id``, ``prompt``, ``input_text`` (the prompt as the model saw it), ``samples`` (the K sampled responses),
-``meta`` (generation settings) and, when the prompt file has one, ``reference`` (a human text, for MAUVE).
+``meta`` (generation settings), when the prompt file has one, ``reference`` (a human text, for MAUVE), and
+``input_truncated: true`` when the prompt was longer than the model's context allows (``input_text`` is then the
+last tokens it kept, as lm-eval keeps them).
 The records of one file must agree on the settings of :data:`SETTING_FLAGS`: :func:`check_resume` refuses to continue
 a file with other settings, :func:`check_same_settings` refuses a file whose records were made with different ones.
 

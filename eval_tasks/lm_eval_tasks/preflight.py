@@ -7,7 +7,8 @@ out-of-range values), `check_options_apply` (an option none of the requested tas
 task family) and `missing_data` (every local split the requested tasks need that is not in the data folder, all at
 once). The task classes check their options again (Python-API users).
 
-Pure Python: nothing here imports lm-eval, datasets or torch.
+Pure Python: nothing here imports lm-eval, datasets or torch, except to resolve a Sentence-BERT Hub id online (the
+metric's loader, sentence-transformers).
 """
 
 from __future__ import annotations
@@ -228,18 +229,23 @@ def check_model_options(
     task_names: Iterable[str], metadata: Mapping[str, Any], environ: Mapping[str, str]
 ) -> None:
     """A model option (`sbert_model`, `retriever_model`) of a requested task that names a local folder that does not
-    exist, or (offline: HF_HUB_OFFLINE) a Hub id that is not in the local cache: refused now, not after generation."""
+    exist, or (offline: HF_HUB_OFFLINE) a Hub id that is not in the local cache: refused now, not after generation.
+    Online, a Hub id of `sbert_model` (loaded only after generation) is resolved now: loaded with the metric's loader
+    (downloaded into the Hugging Face cache), and refused when the Hub cannot give it."""
     tasks = [leaf for name in task_names if isinstance(name, str) for leaf in _leaf_tasks(name)]
     families = {family_of_task(t) for t in tasks}
     offline = str(environ.get("HF_HUB_OFFLINE", "")).strip().lower() in ("1", "true", "yes", "on")
     for name, aliases in MODEL_OPTIONS.items():
         option = TASK_OPTIONS[name]
         value = metadata.get(name)
+        source = "--metadata"
         if value is None and option.env:
             value = environ.get(str(option.env)) or None
+            source = f"${option.env}"
         if value is None or not families & set(option.families) or str(value).lower() in aliases:
             continue
         text = str(value)
+        readers = ", ".join(sorted({t for t in tasks if family_of_task(t) in option.families}))
         accepted = "give an existing model folder or a Hub id (cached, when offline), or leave it unset"
         if _looks_local(text) or Path(text).expanduser().exists():
             if not Path(text).expanduser().is_dir():
@@ -249,6 +255,24 @@ def check_model_options(
                 f"{name}={text!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set, so it would fail "
                 f"only after generation; {accepted}."
             )
+        elif name == "sbert_model" and not offline:
+            _resolve_sbert(text, f"{name}={text!r} ({source}; read by {readers})", accepted)
+
+
+def _resolve_sbert(name: str, setting: str, accepted: str) -> None:
+    """Load the Sentence-BERT Hub id `name` as the metric will after generation (downloading it into the Hugging Face
+    cache), or refuse it in one line naming `setting` and what is `accepted`."""
+    from eval_tasks.metrics.sentence_bert import SbertUnavailableError, fetch_sbert
+
+    try:
+        fetch_sbert(name)
+    except SbertUnavailableError as err:
+        raise DistMatchConfigError(
+            f"{setting} cannot be loaded: {err.reason}; the diversity metrics would fail only after generation. "
+            f"{accepted[0].upper()}{accepted[1:]}."
+        ) from None
+    except (ImportError, ValueError) as err:
+        raise DistMatchConfigError(f"{setting}: {' '.join(str(err).split())}; {accepted}.") from None
 
 
 def check_code_confirmation(task_names: Iterable[str], confirmed: bool | None) -> None:

@@ -18,6 +18,8 @@ from eval_tasks.metrics.inputs import check_samples
 __all__ = [
     "DEFAULT_SBERT_MODEL",
     "GEM_SBERT_MODEL",
+    "SbertUnavailableError",
+    "fetch_sbert",
     "load_sbert",
     "resolve_sbert_model",
     "sbert_description",
@@ -61,8 +63,75 @@ def resolve_sbert_model(model: str | os.PathLike[str] | None) -> str:
     return name
 
 
+class SbertUnavailableError(ValueError):
+    """A Sentence-BERT model that cannot be loaded; `reason` says why in one line (the message adds what to do)."""
+
+    def __init__(self, model: Any, target: str, reason: str) -> None:
+        self.reason = " ".join(reason.split())
+        super().__init__(
+            f"Could not load Sentence-BERT model {model!r} ({target}): {self.reason}. Use a local "
+            "sentence-transformers folder, a Hub name (one in the local Hugging Face cache when offline), or None "
+            f"for the offline default ({DEFAULT_SBERT_MODEL}: all-MiniLM-L6-v2; numbers then differ from the "
+            f"paper's {GEM_SBERT_MODEL.split('/')[-1]})."
+        )
+
+
+#: The files of a Hub repository that make it loadable by sentence-transformers (config.json: a plain transformers
+#: model, loaded with mean pooling).
+_MODEL_FILES = ("modules.json", "config.json")
+
+
+def _in_hub_cache(repo: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(repo, f), str) for f in _MODEL_FILES)
+
+
+def _hub_problem(repo: str) -> str | None:
+    """Why the Hugging Face Hub cannot give `repo` now (None: it has the model's files). One request per file and
+    no retries: an unreachable Hub is known at once, not after the Hub client's retries (about 25 s per file)."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, RepositoryNotFoundError
+
+    if constants.HF_HUB_OFFLINE:
+        return "it is not in the local Hugging Face cache and the Hub is off (HF_HUB_OFFLINE)"
+    where = f"the Hugging Face Hub ({constants.ENDPOINT})"
+    for filename in _MODEL_FILES:
+        try:
+            get_hf_file_metadata(hf_hub_url(repo, filename))
+            return None
+        except GatedRepoError:
+            return f"it is gated on {where}: accept its terms there and log in (hf auth login)"
+        except RepositoryNotFoundError:
+            return f"{where} has no model {repo} (or it is private: log in with hf auth login)"
+        except EntryNotFoundError:
+            continue
+        except Exception as err:  # httpx / OS errors of many types: no answer
+            return f"{where} cannot be reached ({type(err).__name__}: {err}) and it is not in the local cache"
+    return f"{where} has {repo} but neither of {', '.join(_MODEL_FILES)}: not a model sentence-transformers loads"
+
+
+def _load(model: Any, target: str, device: str | None) -> Any:
+    """``SentenceTransformer(target)``, or :class:`SbertUnavailableError`. A Hub name is first asked of the Hub (one
+    request, no retries): one it cannot give is refused at once unless it is in the local cache, which is then used
+    without asking the Hub again."""
+    st = require("sentence_transformers", extra=_EVAL, feature="Sentence-BERT diversity")
+    kwargs: dict[str, Any] = {}
+    if not os.path.exists(target):
+        problem = _hub_problem(target)
+        if problem is not None:
+            if not _in_hub_cache(target):
+                raise SbertUnavailableError(model, target, problem)
+            kwargs["local_files_only"] = True
+    try:
+        return st.SentenceTransformer(target, device=device, **kwargs)
+    except Exception as err:  # the Hub client raises many types (OSError, HTTP, offline errors)
+        raise SbertUnavailableError(model, target, f"{type(err).__name__}: {err}") from err
+
+
 def load_sbert(model: Any = None, *, device: str | None = None) -> Any:
-    """A ``SentenceTransformer`` for `model` (None / name / alias / path / an already loaded model); cached."""
+    """A ``SentenceTransformer`` for `model` (None / name / alias / path / an already loaded model); cached. A model
+    that cannot be loaded raises :class:`SbertUnavailableError` (a ``ValueError``) with a one-line message."""
     if model is not None and not isinstance(model, (str, os.PathLike)):
         if not callable(getattr(model, "encode", None)):
             raise TypeError(
@@ -71,23 +140,23 @@ def load_sbert(model: Any = None, *, device: str | None = None) -> Any:
         return model
     target = resolve_sbert_model(model)
     key = (target, device)
-    if key in _SBERT_CACHE:
-        return _SBERT_CACHE[key]
-    st = require("sentence_transformers", extra=_EVAL, feature="Sentence-BERT diversity")
-    try:
-        loaded = st.SentenceTransformer(target, device=device)
-    except Exception as err:  # the Hub client raises many types (OSError, HTTP, offline errors)
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
-        raise ValueError(
-            f"Could not load Sentence-BERT model {model!r} ({target}): {type(err).__name__}: {err}. "
-            "It is neither a local sentence-transformers folder nor a model found on the Hugging Face Hub"
-            + (" (the Hub is off: HF_HUB_OFFLINE=1)" if offline else "")
-            + ". Use a local path, a Hub name, or None for the offline default "
-            f"({DEFAULT_SBERT_MODEL}: all-MiniLM-L6-v2; numbers then differ from the paper's "
-            f"{GEM_SBERT_MODEL.split('/')[-1]})."
-        ) from err
-    _SBERT_CACHE[key] = loaded
-    return loaded
+    if key not in _SBERT_CACHE:
+        _SBERT_CACHE[key] = _load(model, target, device)
+    return _SBERT_CACHE[key]
+
+
+_FETCHED: set[str] = set()
+
+
+def fetch_sbert(model: str | os.PathLike[str] | None) -> None:
+    """Make sure `model` will load when the metric loads it, before any work is done: an alias or an existing folder
+    as it is; a Hub name is loaded now, on the CPU, with the metric's loader (downloaded into the Hugging Face cache,
+    which the metric then reads) and let go. Raises :class:`SbertUnavailableError` (a missing path: ``ValueError``)."""
+    target = resolve_sbert_model(model)
+    if os.path.exists(target) or target in _FETCHED or any(path == target for path, _ in _SBERT_CACHE):
+        return
+    _load(model, target, "cpu")
+    _FETCHED.add(target)
 
 
 def sbert_description(model: Any = None) -> dict[str, Any]:

@@ -102,6 +102,43 @@ def test_the_console_command_refuses_in_one_line(tmp_path: Path) -> None:
         assert done.stderr.startswith("distmatch-eval diversity: error: ") and expected in done.stderr
 
 
+@pytest.mark.launches
+def test_an_sbert_model_that_cannot_be_loaded_is_refused_in_one_line_before_scoring(tmp_path: Path) -> None:
+    """`diversity --sbert-model NAME` with a Hub name the Hub cannot give (a closed loopback port as the Hub, the Hub
+    client online) or, offline, one not in the cache: one line naming the flag, why and what is accepted, before
+    any scoring, and without the Hub client's retries (the message was two lines, and online came after about 70 s
+    of retries and after the other metrics were computed). The same as lm-eval's pre-flight (tests/eval/lm_eval_tasks/
+    test_preflight.py). In a process of its own: the Hub settings are read when huggingface_hub is imported."""
+    path = _write_jsonl(tmp_path / "s.jsonl", RECORDS)
+    hub = {"HF_HOME": str(tmp_path / "hf_home")}
+    cases = [
+        (
+            {**hub, "HF_ENDPOINT": "http://127.0.0.1:9"},
+            "the Hugging Face Hub (http://127.0.0.1:9) cannot be reached",
+        ),
+        (
+            {**hub, **OFFLINE_ENV},
+            "it is not in the local Hugging Face cache and the Hub is off (HF_HUB_OFFLINE)",
+        ),
+    ]
+    for env, reason in cases:
+        done = subprocess.run(
+            [sys.executable, "-m", "eval_tasks.cli", "diversity", str(path), "--sbert-model", "models/sbert"],
+            cwd=REPO_ROOT,
+            env={"PATH": "/usr/bin:/bin", **env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith(
+            f"distmatch-eval diversity: error: --sbert-model models/sbert: cannot be loaded: {reason}"
+        ), done.stderr
+        assert "leave it out for the offline default." in done.stderr and "diversity:" not in done.stdout
+        assert not path.with_suffix(".diversity.json").exists()
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Prompts whose samples are all empty
 
@@ -328,6 +365,119 @@ def test_a_file_that_is_not_utf8_is_refused_naming_file_and_line(
     assert f"{latin}:2: not UTF-8" in _one_error_line(capsys, "report")
     assert run_cli("voting", "--samples", latin, "--task", "gsm8k", "-o", tmp_path / "v.json") == 2
     assert f"{latin}:2: not UTF-8" in _one_error_line(capsys, "voting")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A prompt longer than the model's context
+
+
+def test_a_prompt_longer_than_the_context_keeps_its_last_tokens_as_lm_eval_does(
+    model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lm-eval's HF backend (generate_until) keeps the last `max_length - max_gen_toks` tokens of a context, chat
+    template included, with a warning; `generate` did not look at the context at all (the tiny model's is 256)."""
+    from transformers import AutoTokenizer
+
+    long_text = " ".join(f"the river {i} runs past the mill" for i in range(300))  # about 2,000 tokens
+    rows = [
+        {"id": "long", "prompt": long_text},
+        {"id": "short", "prompt": PROMPTS[0]},
+        {"id": "raw", "text": long_text},
+    ]
+    prompts = _write_jsonl(tmp_path / "p.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    flags = ["-k", "2", "--max-new-tokens", "6", "--no-progress"]
+    assert run_cli("generate", "--model", model, "--prompts", prompts, "-o", out, *flags) == 0
+    err = capsys.readouterr().err
+    (warning,) = [line for line in err.splitlines() if "warning" in line]
+    assert warning == (
+        "distmatch-eval generate: warning: 2 prompt(s) ('long', 'raw') longer than the 250 tokens the context leaves "
+        "(256, max_position_embeddings in its config, less --max-new-tokens 6): their last tokens are kept, as "
+        "lm-eval does (input_truncated in their records)."
+    ), err
+    records = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    # lm-eval: the whole context encoded (the chat template, or the text with the tokenizer's special tokens), then
+    # its last max_length - max_gen_toks tokens
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": long_text}], tokenize=False,
+                                         add_generation_prompt=True)  # fmt: skip
+    for key, whole in (("long", tokenizer(chat, add_special_tokens=False)), ("raw", tokenizer(long_text))):
+        kept = whole["input_ids"][-250:]
+        assert len(whole["input_ids"]) > 1000 and records[key]["input_truncated"] is True
+        assert records[key]["input_text"] == tokenizer.decode(kept, skip_special_tokens=False), key
+        assert (
+            records[key]["prompt"] == long_text and len(records[key]["samples"]) == 2
+        )  # the prompt as given
+    assert records["long"]["input_text"].endswith("<|assistant|>")  # the end of the template is kept
+    assert "input_truncated" not in records["short"]
+    assert records["short"]["input_text"].startswith("<|user|>" + PROMPTS[0])
+
+
+def test_max_new_tokens_that_leave_no_room_for_the_prompt_are_refused(
+    model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lm-eval refuses max_gen_toks >= max_length (an assertion); generate ran past the context (GEM's 512 new tokens
+    on the tiny model's 256)."""
+    prompts = _write_jsonl(tmp_path / "p.jsonl", [{"id": 0, "prompt": PROMPTS[0]}])
+    out = tmp_path / "o.jsonl"
+    for tokens in ("512", "256"):
+        assert run_cli("generate", "--model", model, "--prompts", prompts, "-o", out, "-k", "2",
+                       "--max-new-tokens", tokens, "--no-progress") == 2  # fmt: skip
+        line = _one_error_line(capsys, "generate")
+        assert line == (
+            f"distmatch-eval generate: error: --max-new-tokens {tokens}: {model} has a context of 256 tokens "
+            "(max_position_embeddings in its config), which leaves no room for the prompt; give at most 255 (lm-eval "
+            "refuses it the same way)."
+        ), line
+        assert not out.exists()
+
+
+def _peak_rss_mb(argv: list[str], cwd: Path, limit_mb: int) -> tuple[int, int, str]:
+    """(exit status, peak resident memory in MB, stderr) of a command, stopped (exit -9) once above `limit_mb`."""
+    import os
+    import signal
+    import time
+
+    proc = subprocess.Popen(argv, cwd=cwd, env={"PATH": "/usr/bin:/bin", **OFFLINE_ENV},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    peak, started = 0, time.monotonic()
+    while proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            break
+        rss = (
+            next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+            // 1024
+        )
+        peak = max(peak, rss)
+        if rss > limit_mb or time.monotonic() - started > 300:
+            os.killpg(proc.pid, signal.SIGKILL)
+        time.sleep(0.05)
+    _, err = proc.communicate()
+    return proc.returncode, peak, err.decode(errors="replace")
+
+
+@pytest.mark.launches
+def test_a_huge_one_line_prompt_costs_what_its_kept_tokens_cost(model: Path, tmp_path: Path) -> None:
+    """Issue 51: a 20 MB one-line prompt grew `generate` to 22.5 GB until the kernel killed it (tokenizing it alone
+    takes about 230 bytes a character: 4.6 GB). Only a tail long enough for the kept tokens is tokenized now, so a
+    4 MB prompt costs about what a short one does: the command is stopped if it needs 400 MB more."""
+    huge = _write_jsonl(
+        tmp_path / "huge.jsonl", [{"id": "huge", "prompt": "the river runs past the mill " * 140_000}]
+    )
+    short = _write_jsonl(tmp_path / "short.jsonl", [{"id": "short", "prompt": PROMPTS[0]}])
+    runs = {}
+    for name, prompts in (("short", short), ("huge", huge)):
+        argv = [sys.executable, "-m", "eval_tasks.cli", "generate", "--model", str(model), "--prompts", str(prompts),
+                "-o", str(tmp_path / f"{name}.out.jsonl"), "-k", "2", "--max-new-tokens", "6", "--no-progress"]  # fmt: skip
+        runs[name] = _peak_rss_mb(argv, REPO_ROOT, limit_mb=runs["short"][1] + 400 if runs else 4000)
+        assert runs[name][0] == 0, (name, runs[name])
+    assert runs["huge"][1] < runs["short"][1] + 400, runs
+    assert "1 prompt(s) ('huge') longer than the 250 tokens the context leaves" in runs["huge"][2]
+    (record,) = map(json.loads, (tmp_path / "huge.out.jsonl").read_text(encoding="utf-8").splitlines())
+    assert record["input_truncated"] is True and record["input_text"].endswith("<|assistant|>")
+    assert len(record["prompt"]) == 29 * 140_000
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ are accepted by the programs that would run them.
   commands run one after the other (`eval_tasks.cli.main`, in this process) in a scratch folder holding what the
   commands read at the paths they name: the repository files they name (prompt files cut to their first two
   records), a tiny random Llama at `out/gem_ls`, and small fixture files for the user's own inputs (`USER_INPUTS`).
-  Sizes are smaller than written (`SMALLER`); a command marked `needs: hub` runs with the Hub model replaced by the
-  offline one (`OFFLINE_REPLACEMENTS`).
+  Sizes are smaller than written (`SMALLER`: a command marked `needs: long` runs at those sizes); a command marked
+  `needs: hub` runs with the Hub model replaced by the offline one (`OFFLINE_REPLACEMENTS`).
 * `lm_eval` (family "lm_eval"): lm-eval's own command line parser and `EvaluatorConfig` (what `lm_eval` does before
   it builds anything), its model registry, its task index (our tasks found through the activation hook, no
   --include_path), then our pre-flight check (`eval_tasks.lm_eval_tasks.preflight.preflight`, which refuses a
@@ -76,6 +76,27 @@ def _parse(argv: list[str]) -> Any:
 def test_documented_distmatch_eval_command_parses(command: DocCommand) -> None:
     assert command.program_argv[0] == "distmatch-eval"
     _parse(command.program_argv[1:])
+
+
+#: Generated tokens (prompts x samples x new tokens) above which a documented `generate` command takes minutes to hours
+#: on a CPU and must say `# needs: long` (GEM's defaults on the poem prompts: 573 x 16 x 512 = 4.7 million).
+LONG_GENERATION_TOKENS = 100_000
+
+
+@pytest.mark.parametrize("command", EVAL, ids=ids(EVAL))
+def test_documented_generate_at_full_size_says_it_is_long(command: DocCommand) -> None:
+    args = _parse(command.program_argv[1:])
+    if args.command != "generate" or not (REPO_ROOT / args.prompts).is_file():
+        return  # the user's own prompts: their size is not known here
+    from eval_tasks.samples import read_prompts
+
+    prompts = len(read_prompts(REPO_ROOT / args.prompts)[: args.limit])
+    tokens = prompts * args.num_samples * args.max_new_tokens
+    if tokens > LONG_GENERATION_TOKENS:
+        assert "long" in command.needs, (
+            f"{command.where}: generates up to {prompts} x {args.num_samples} x {args.max_new_tokens} = {tokens:,} "
+            "tokens: mark it `# needs: long; ...`"
+        )
 
 
 def _run_cli(argv: list[str], root: Path) -> tuple[int, str]:
@@ -194,13 +215,14 @@ def _prepare(commands: list[DocCommand], root: Path, model: Path) -> None:
 
 def _argv_here(command: DocCommand) -> list[str]:
     argv = command.program_argv[1:]
-    if command.needs:  # runs here only with what it needs from the Hub replaced
-        others = [w for w in command.needs if w != "hub"]
+    others = [w for w in command.needs if w not in ("hub", "long")]
+    assert not others, f"{command.where}: marked {command.needs}: cannot run here"
+    if "hub" in command.needs:  # runs here only with what it needs from the Hub replaced
         replaced = [w for w in argv if w in OFFLINE_REPLACEMENTS]
-        assert not others and replaced, (
-            f"{command.where}: marked {command.needs}: add what replaces it here to OFFLINE_REPLACEMENTS"
-        )
+        assert replaced, f"{command.where}: marked `hub`: add what replaces it here to OFFLINE_REPLACEMENTS"
         argv = [OFFLINE_REPLACEMENTS[w]() if w in OFFLINE_REPLACEMENTS else w for w in argv]
+    if "long" in command.needs:  # runs here at the tiny sizes of SMALLER
+        assert argv[0] in SMALLER, f"{command.where}: marked `long`: give `{argv[0]}` tiny sizes in SMALLER"
     return [*argv, *SMALLER.get(argv[0], [])]
 
 

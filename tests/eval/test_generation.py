@@ -63,6 +63,59 @@ def test_generation_meta() -> None:
     assert (meta["num_samples"], meta["seed"], meta["top_k"], meta["num_prompts_in_file"]) == (4, 7, 50, 9)
 
 
+def test_a_long_prompt_keeps_the_last_tokens_of_its_whole_encoding(tiny) -> None:
+    """lm-eval's truncation (HFLM.tok_batch_encode with left_truncate_len): the whole context encoded, then its last
+    `max_length - max_gen_toks` tokens. Only a tail of a long prompt is tokenized here: the kept tokens must be those
+    of the whole encoding anyway, for prompts of every length around the limit, with and without spaces (a text
+    without spaces is one word to the byte-level BPE, cut anywhere), with and without the chat template."""
+    import random
+
+    _, tokenizer = tiny
+    limit = G.PromptLimit(tokens=40, context=52, source="test", max_token_chars=16)
+    rng = random.Random(0)
+    words = "the river runs past old mill stone night sea a of blue, quiet! 12 345 über".split()
+    # the vocabulary's longest pieces, repeated: about 13 characters a token, so the first tail tried (8 a token)
+    # holds too few tokens and a longer one is tokenized
+    pieces = sorted(tokenizer.get_vocab(), key=len)[-3:]
+    longest = "".join(tokenizer.convert_tokens_to_string([p]) for p in pieces)
+    checked = truncated = 0
+    for n in [*range(1, 80, 3), *rng.sample(range(80, 2000), 40)]:
+        text = " ".join(rng.choice(words) for _ in range(n))
+        for prompt in (text, text.replace(" ", ""), longest * (n // 10 + 1)):
+            for record in ({"id": n, "prompt": prompt}, {"id": n, "text": prompt}):
+                whole = G.encode_prompt(tokenizer, record)
+                fitted = G.encode_prompt(tokenizer, record, limit=limit)
+                assert fitted.ids == whole.ids[-limit.tokens :], (n, record)
+                assert fitted.truncated == (len(whole.ids) > limit.tokens), (n, record)
+                if fitted.truncated:
+                    assert fitted.text == tokenizer.decode(fitted.ids, skip_special_tokens=False)
+                else:
+                    assert fitted.text == whole.text
+                checked, truncated = checked + 1, truncated + fitted.truncated
+    assert truncated > checked // 2 and truncated < checked
+
+
+def test_prompt_limit_is_the_context_less_the_new_tokens(tiny) -> None:
+    model, tokenizer = tiny
+    limit = G.PromptLimit.of("m", model.config, tokenizer, 6)
+    assert (limit.tokens, limit.context, limit.source) == (250, 256, "max_position_embeddings in its config")
+    assert limit.max_token_chars == max(len(piece) for piece in tokenizer.get_vocab())
+    with pytest.raises(InputError, match="--max-new-tokens 256: m has a context of 256 tokens"):
+        G.PromptLimit.of("m", model.config, tokenizer, 256)
+    # lm-eval's order: the config's n_positions / max_position_embeddings / n_ctx (a composite config's text_config),
+    # the tokenizer's model_max_length unless unset (about 1e30), else lm-eval's 2,048
+    text = types.SimpleNamespace(n_positions=None, max_position_embeddings=None, n_ctx=1024)
+    assert G.context_length(types.SimpleNamespace(text_config=text, n_positions=77), tokenizer)[0] == 1024
+    bare = types.SimpleNamespace()
+    assert G.context_length(bare, types.SimpleNamespace(model_max_length=4096)) == (
+        4096, "model_max_length of its tokenizer"
+    )  # fmt: skip
+    assert (
+        G.context_length(bare, types.SimpleNamespace(model_max_length=int(1e30)))[0]
+        == G.LM_EVAL_DEFAULT_CONTEXT
+    )
+
+
 def test_load_checkpoint_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="could not load checkpoint"):
         G.load_checkpoint(str(tmp_path / "nothing"), "cpu", "float32")

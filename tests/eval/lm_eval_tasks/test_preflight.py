@@ -229,6 +229,50 @@ def test_missing_models_and_the_code_confirmation_refused_at_preflight(
     assert "Initializing hf model" not in output and TASK_INDEX_BUILT not in output
 
 
+def test_an_unreachable_sbert_hub_id_is_refused_before_generation_when_online(
+    wheel_python: Path, workdir: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 51: without HF_HUB_OFFLINE, an `sbert_model` that is neither a folder nor given by the Hub (here: the Hub
+    is a closed loopback port) passed the pre-flight; every sample was generated, then the metric's load failed
+    with a traceback and the results were lost. Now it is resolved before the model loads, with one request to the
+    Hub (not the Hub client's retries), and refused in one line naming the option, where it came from, the tasks
+    that read it and what is accepted. Run cold: the warm interpreter has read the Hub settings at its start."""
+    online = {k: v for k, v in env.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    online.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf_home"), DISTMATCH_DEBUG="1")
+    out = tmp_path / "out"
+    cmd = [str(wheel_python), "-m", "lm_eval", "run", "--model", "hf", "--model_args", _model_args(workdir)]
+    cmd += [
+        "--tasks",
+        "distmatch_poem_diversity",
+        "--device",
+        "cpu",
+        "--limit",
+        "1",
+        "--output_path",
+        str(out),
+    ]
+    cmd += [
+        "--metadata",
+        json.dumps({"sbert_model": "models/sbert", "num_samples": 2}),
+        "--gen_kwargs",
+        "max_gen_toks=4",
+    ]
+    proc = _run(cmd, online, workdir, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert line.startswith(
+        "error: sbert_model='models/sbert' (--metadata; read by distmatch_poem_diversity) cannot be loaded: "
+        "the Hugging Face Hub (http://127.0.0.1:9) cannot be reached"
+    ), line
+    assert "Give an existing model folder or a Hub id (cached, when offline), or leave it unset." in line, (
+        line
+    )
+    assert "Retrying in" not in output  # one request, no retries with back-off
+    assert "Initializing hf model" not in output and TASK_INDEX_BUILT not in output
+    assert not out.exists()
+
+
 def test_model_options_and_code_confirmation_table_checks(tmp_path: Path) -> None:
     from distmatch.errors import DistMatchConfigError
     from eval_tasks.lm_eval_tasks.preflight import check_code_confirmation, check_model_options
@@ -237,9 +281,13 @@ def test_model_options_and_code_confirmation_table_checks(tmp_path: Path) -> Non
     check_model_options(["distmatch_creative"], {"sbert_model": str(tmp_path)}, offline)  # an existing folder
     check_model_options(["distmatch_creative"], {"sbert_model": "paper"}, offline)  # an alias
     check_model_options(["distmatch_sst2"], {"sbert_model": "/no/such"}, offline)  # not read by the task
-    check_model_options(
-        ["distmatch_creative"], {"sbert_model": "nobody/no-such-sbert"}, {}
-    )  # online: the Hub
+    # online: a Hub id is resolved now; the Hub here has no such model (or is off: the tests run offline)
+    with pytest.raises(
+        DistMatchConfigError,
+        match=r"sbert_model='nobody/no-such-sbert' \(--metadata; read by distmatch_poem_diversity, "
+        r"distmatch_story_diversity\) cannot be loaded: ",
+    ):
+        check_model_options(["distmatch_creative"], {"sbert_model": "nobody/no-such-sbert"}, {})
     for metadata, environ, expected in [
         ({"sbert_model": str(tmp_path / "none")}, {}, "no such folder"),
         ({"sbert_model": "nobody/no-such-sbert"}, offline, "not in the local Hugging Face cache"),
