@@ -138,9 +138,8 @@ def run_worker(case: dict) -> dict | None:
     cost = model.lm_head.weight.detach().clone() if case["loss"] == "emo" else None
     wrapped, inner, engine = _wrap(model, case["setup"])
     if cost is not None and case["setup"] != "ddp":
-        cost = frozen_head_copy(
-            inner
-        )  # the copy a trainer takes under sharding: the whole head on every rank
+        # the copy a trainer takes under sharding: the whole head on every rank
+        cost = frozen_head_copy(inner)
     install_loss_forward(inner)
     request = LossRequest(
         name=case["loss"], params={}, cost_embedding=cost, force_logits_path=case["path"] == "logits"

@@ -159,9 +159,8 @@ def should_activate(argv: list[str]) -> list[str]:
         return []
     found = distmatch_options(args)
     checkpoint = resume_checkpoint(args)
-    if has_record(
-        checkpoint
-    ):  # resuming a distmatch run: its loss is checked (or continued) even without --loss
+    # resuming a distmatch run: its loss is checked (or continued) even without --loss
+    if has_record(checkpoint):
         found.append(f"--{RESUME_OPTION} (a distmatch checkpoint: {checkpoint}/{RECORD_FILE})")
     elif (
         not found

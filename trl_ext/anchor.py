@@ -250,13 +250,11 @@ def reference_hidden(
 ) -> tuple[Tensor, nn.Module]:
     """The reference's final hidden states for the same inputs (no gradient) and the module of its LM head."""
     with torch.no_grad():
-        if (
-            reference.engine is not None
-        ):  # ZeRO-3: the engine's call gathers the shards (its forward: hidden only)
+        # ZeRO-3: the engine's call gathers the shards (its forward: hidden only)
+        if reference.engine is not None:
             return reference.engine(*args, **kwargs), reference.model.get_output_embeddings()
-        if (
-            reference.model is not None
-        ):  # called as the root's forward, so that an FSDP2 root unit's hooks run
+        # called as the root's forward, so that an FSDP2 root unit's hooks run
+        if reference.model is not None:
             model = reference.model
             saved = model.__dict__.get("forward")
             model.forward = types.MethodType(_hidden_only, model)

@@ -107,9 +107,8 @@ class _DistMatchSFTConfig(SFTConfig):
         self._set_loss_type()
 
     def _check_distmatch(self) -> None:
-        if (
-            self.loss in DISTMATCH_LOSSES
-        ):  # the path settings' environment fallback, recorded like set options
+        # the path settings' environment fallback, recorded like set options
+        if self.loss in DISTMATCH_LOSSES:
             unset = [name for name in PATH_OPTION_NAMES if getattr(self, name) is None]
             for name, value in path_options_from_env(unset).items():
                 setattr(self, name, value)

@@ -119,9 +119,8 @@ def sample_batch(
     draws = np.concatenate([uniforms(seed, p, num_samples, max_new_tokens) for p in positions])
     processor = make_processor(draws, width, temperature, top_k, top_p)
     device = next(model.parameters()).device
-    with (
-        torch.no_grad()
-    ):  # rows: prompt 0 sample 0..K-1, prompt 1 ... (as num_return_sequences lays them out)
+    # rows: prompt 0 sample 0..K-1, prompt 1 ... (as num_return_sequences lays them out)
+    with torch.no_grad():
         out = model.generate(
             input_ids=input_ids.repeat_interleave(num_samples, dim=0).to(device),
             attention_mask=attention.repeat_interleave(num_samples, dim=0).to(device),

@@ -86,9 +86,8 @@ def prepare(args: argparse.Namespace) -> dict[str, int]:
             f"{args.source or hub_id}."
         )
     shuffled = rows.shuffle(seed=args.seed)
-    if (
-        args.dataset == "magicoder"
-    ):  # the test rows are drawn first, the training rows are (by default) the rest
+    # the test rows are drawn first, the training rows are (by default) the rest
+    if args.dataset == "magicoder":
         parts = {"test": range(test_size), "train": range(test_size, test_size + train_size)}
     else:
         parts = {"train": range(train_size), "test": range(train_size, train_size + test_size)}

@@ -37,9 +37,8 @@ def test_hook_adds_the_plugin_only_for_distmatch_keys() -> None:
     import distmatch_hooks.axolotl as hook
     from trl_ext.options import LOSS_OPTIONS
 
-    assert set(hook.OPTION_NAMES) == {
-        o.name for o in LOSS_OPTIONS
-    }  # kept in sync (the hook imports no torch)
+    # kept in sync (the hook imports no torch)
+    assert set(hook.OPTION_NAMES) == {o.name for o in LOSS_OPTIONS}
     plain = {"base_model": "m", "plugins": ["x.Y"]}
     assert hook.add_plugin(plain) == [] and plain["plugins"] == ["x.Y"]
     assert hook.add_plugin({"loss": None}) == []

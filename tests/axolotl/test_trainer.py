@@ -225,9 +225,8 @@ def test_emo_resume_keeps_the_pretrained_cost_embedding(assets, tmp_path) -> Non
     with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
         saved_head = f.get_tensor("lm_head.weight")
         assert all("cost" not in key for key in f.keys())
-    assert not torch.allclose(
-        saved_head, pretrained, atol=1e-4
-    )  # the head moved: the test can tell them apart
+    # the head moved: the test can tell them apart
+    assert not torch.allclose(saved_head, pretrained, atol=1e-4)
 
     model, resumed = train_in_process(
         tiny_config(assets, out, max_steps=3, resume_from_checkpoint=str(checkpoint), **common)

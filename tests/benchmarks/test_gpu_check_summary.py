@@ -236,9 +236,8 @@ def test_a_step_without_time_left_is_skipped_and_counts_as_failed(tmp_path: Path
         _module("gpu_check_summary"),
         _module("gpu_check_table"),
     )
-    rec = runner.Runner(tmp_path, {}, budget_s=3).run(
-        "triton", ["false"], 80
-    )  # under 5 s left: nothing started
+    # under 5 s left: nothing started
+    rec = runner.Runner(tmp_path, {}, budget_s=3).run("triton", ["false"], 80)
     assert rec["status"] == "skipped" and not (tmp_path / "logs").exists()
     records = [
         rec,

@@ -128,9 +128,8 @@ def run_layout(layout: str, tied: bool, rank: int, world: int, counter: HeadCall
             grads = {n: full(p.grad) for n, p in model.named_parameters()}
             cases.append(case_result(case, path, output, value, counter, ref_values[rank], grads, ref_grads))
     out["cases"] = cases
-    if (
-        layout == "separate_head"
-    ):  # control: the head gathered with full_tensor() and no Partial gradient placement
+    # control: the head gathered with full_tensor() and no Partial gradient placement
+    if layout == "separate_head":
         out["control_full_tensor_without_partial"] = control_without_partial(model, reference, world, rank)
     return out
 

@@ -198,9 +198,8 @@ def test_pip_install_names_real_requirements(command: DocCommand) -> None:
     for word in words:
         local = re.fullmatch(r"(dist/distmatch-([^-]+)-py3-none-any\.whl|\.)(?:\[([\w,-]+)\])?", word)
         requirement = None if local else Requirement(word)
-        if (
-            local or requirement.name == "distmatch"
-        ):  # our own package: the extras exist, the wheel's version is ours
+        # our own package: the extras exist, the wheel's version is ours
+        if local or requirement.name == "distmatch":
             extras = local.group(3).split(",") if local and local.group(3) else []
             extras = sorted(requirement.extras) if requirement else extras
             assert set(extras) <= DECLARED_EXTRAS, (

@@ -155,9 +155,8 @@ def test_path_settings_reach_the_loss_from_the_options_or_the_environment(
     monkeypatch.setenv("DISTMATCH_KERNELS", "torch")
     settings = loss_map["gem_ls"](_args(tmp_path), None).settings
     assert (settings.chunk_memory_mb, settings.kernels) == (0.5, "torch")
-    monkeypatch.setenv(
-        "DISTMATCH_CHUNK_MEMORY_MB", "abc"
-    )  # the option wins: the variable is not its fallback
+    # the option wins: the variable is not its fallback
+    monkeypatch.setenv("DISTMATCH_CHUNK_MEMORY_MB", "abc")
     assert loss_map["gem_ls"](_args(tmp_path), None).settings.chunk_memory_mb == 0.5
     monkeypatch.delenv(OPTIONS_ENV)
     with pytest.raises(DistMatchConfigError, match="DISTMATCH_CHUNK_MEMORY_MB='abc' is invalid"):

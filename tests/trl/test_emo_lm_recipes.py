@@ -266,17 +266,15 @@ def test_trl_recipe_trains_its_epochs_and_keeps_the_best_checkpoint(tmp_path: Pa
         processing_class=AutoTokenizer.from_pretrained(model_args.model_name_or_path),
     )
     blocks = [row["input_ids"] for row in trainer.train_dataset]
-    assert {len(b) for b in blocks[:-1]} == {256} and 0 < len(
-        blocks[-1]
-    ) <= 256  # 256-token blocks, then the rest
+    # 256-token blocks, then the rest
+    assert {len(b) for b in blocks[:-1]} == {256} and 0 < len(blocks[-1]) <= 256
     assert len(blocks) <= 32  # one batch of 32: one step per epoch
     rows = [
         tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]
         for text in _read(tmp_path / "d" / "train.jsonl")
     ]
-    assert sum(blocks, []) == sum(
-        rows, []
-    )  # the rows in order, cut across their boundaries (TRL's EOS after each)
+    # the rows in order, cut across their boundaries (TRL's EOS after each)
+    assert sum(blocks, []) == sum(rows, [])
     assert all(len(r) != 256 for r in rows)  # so the blocks are not the rows
     trainer.train()
     evals = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
@@ -348,9 +346,8 @@ def _check_printed(data, trains, prompts, generates, scores) -> None:  # noqa: A
         cli.build_parser().parse_args(words[1:])
     for words in generates:
         corpus = next(c for c in CORPORA if published_benchmark(c) in words)
-        assert " ".join(decoding_flags(CORPORA[corpus])) in " ".join(
-            words
-        )  # the protocol's decoding, 5 rounds
+        # the protocol's decoding, 5 rounds
+        assert " ".join(decoding_flags(CORPORA[corpus])) in " ".join(words)
     assert all(len([w for w in words[3:] if w.endswith("samples.jsonl")]) == 2 for words in scores)  # 2 seeds
 
 

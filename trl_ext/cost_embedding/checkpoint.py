@@ -50,9 +50,8 @@ def _fetch(value: str, filename: str) -> str | None:
 
     try:
         return hf_hub_download(value, filename)
-    except (
-        LocalEntryNotFoundError
-    ):  # offline / not cached (a subclass of EntryNotFoundError in recent releases)
+    # offline / not cached (a subclass of EntryNotFoundError in recent releases)
+    except LocalEntryNotFoundError:
         if filename == "config.json":
             raise
         return None

@@ -109,9 +109,8 @@ class Rows:
     y: Tensor  # [n] targets
     z_y: Tensor  # [n]
     params: dict[str, Any]
-    similarity: (
-        Tensor | None
-    )  # [n, V] cos(e_{y_i}, e_j) for a loss with a cost embedding (may be overwritten)
+    # [n, V] cos(e_{y_i}, e_j) for a loss with a cost embedding (may be overwritten)
+    similarity: Tensor | None
     want_grad: bool
     want_stats: bool
     stats: dict[str, Tensor]

@@ -125,9 +125,8 @@ def test_a_resume_folder_that_is_no_checkpoint_is_refused_before_loading(
     out_dir = tmp_path / "out"
     folder = {"model": run["model"], "missing": tmp_path / "nowhere", "output": out_dir}[where]
     if where == "output":
-        shutil.copytree(
-            run["checkpoint"], out_dir
-        )  # a folder with trainer_state.json, given as the output too
+        # a folder with trainer_state.json, given as the output too
+        shutil.copytree(run["checkpoint"], out_dir)
     flags = ["--loss", "asft", "--resume_from_checkpoint", str(folder)]
     out = warm_cli.run([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, out_dir, 2)], run["base"] / "a")
     line = _one_line_error(out)
@@ -214,9 +213,8 @@ def test_overwrite_run_removes_the_old_runs_checkpoints(wheel_venv, warm_cli, ru
     flags = ["--loss", "gem_ls", "--overwrite_run"]
     out = warm_cli.run([wheel_venv.trl, "sft", *flags, *tiny_sft_args(run, old, 1)], run["base"] / "a")
     assert out.returncode == 0, tail(out)
-    assert sorted(p.name for p in old.glob("checkpoint-*")) == [
-        "checkpoint-1"
-    ]  # no old checkpoint-2 to resume
+    # no old checkpoint-2 to resume
+    assert sorted(p.name for p in old.glob("checkpoint-*")) == ["checkpoint-1"]
     assert json.loads((old / "checkpoint-1" / "distmatch.json").read_text())["loss"] == "gem_ls"
     assert json.loads((old / "distmatch.json").read_text())["loss"] == "gem_ls"
 

@@ -125,9 +125,8 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("tiny")
     data = base / "data"
     data.mkdir()
-    write_sft_jsonl(
-        data / "train.jsonl", n=N_EXAMPLES
-    )  # `--dataset_name <dir>`: datasets' json loader, split "train"
+    # `--dataset_name <dir>`: datasets' json loader, split "train"
+    write_sft_jsonl(data / "train.jsonl", n=N_EXAMPLES)
     return {"model": build_tiny_llama(base / "model"), "data": data}
 
 
