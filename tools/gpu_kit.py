@@ -31,6 +31,7 @@ IMAGE_PINS = {"torch": "2.11.0", "triton": "3.6.0", "transformers": "5.17.0"}
 IMAGE_OTHERS = ("accelerate", "peft", "pyarrow")
 # What the GPU check needs beyond the image (our own wheel is added with --no-deps: it asks for torch >= 2.13).
 KIT_REQUIREMENTS = ("trl", "datasets", "liger-kernel", "cut-cross-entropy", "pytest", "pytest-timeout")
+# Kept as written (fmt: skip): flags with their values, as pip reads them.
 PLATFORM_ARGS = (
     "--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
     "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
@@ -89,8 +90,23 @@ def write_wheel(
 def resolve(requirements: list[str], stubs: Path, work: Path, tag: str) -> dict[str, str]:
     """{canonical name: version} pip installs for `requirements` on the image's platform (metadata only)."""
     report = work / f"resolve-{tag}.json"
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed", "--report", str(report),
-           "--find-links", str(stubs), "--target", str(work / "unused"), *PLATFORM_ARGS, *requirements]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--dry-run",
+        "--ignore-installed",
+        "--report",
+        str(report),
+        "--find-links",
+        str(stubs),
+        "--target",
+        str(work / "unused"),
+        *PLATFORM_ARGS,
+        *requirements,
+    ]
     subprocess.run(cmd, check=True)
     install = json.loads(report.read_text())["install"]
     return {canonical(item["metadata"]["name"]): item["metadata"]["version"] for item in install}
@@ -109,8 +125,12 @@ def kit_plan(image: dict[str, str], full: dict[str, str]) -> dict[str, str]:
 
 def tree_bytes(root: Path) -> int:
     """Bytes of the working tree as carried: tracked files plus untracked files git does not ignore."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                         check=True, capture_output=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    ).stdout
     return sum((root / p).stat().st_size for p in out.decode().split("\0") if p and (root / p).is_file())
 
 
@@ -119,8 +139,10 @@ def size_check(wheels: Path, root: Path, limit_mib: float) -> tuple[bool, str]:
     tree = tree_bytes(root) / 2**20
     total = kit + tree
     verdict = "fits" if total <= limit_mib else "TOO BIG"
-    line = (f"gpu-kit size: wheels {kit:.1f} MiB + working tree {tree:.1f} MiB = {total:.1f} MiB; "
-            f"limit {limit_mib:.0f} MiB (carry limit {CARRY_LIMIT_MIB} MiB): {verdict}")  # fmt: skip
+    line = (
+        f"gpu-kit size: wheels {kit:.1f} MiB + working tree {tree:.1f} MiB = {total:.1f} MiB; "
+        f"limit {limit_mib:.0f} MiB (carry limit {CARRY_LIMIT_MIB} MiB): {verdict}"
+    )
     return total <= limit_mib, line
 
 
@@ -168,14 +190,30 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{len(plan)} wheels to carry: " + ", ".join(f"{n}=={v}" for n, v in plan.items()))
         keep = set()
         for name, version in plan.items():
-            have = [p for p in wheels.glob("*.whl") if canonical(p.name.split("-")[0]) == name
-                    and p.name.split("-")[1] == version]  # fmt: skip
+            have = [
+                p
+                for p in wheels.glob("*.whl")
+                if canonical(p.name.split("-")[0]) == name and p.name.split("-")[1] == version
+            ]
             if not have:
-                cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", *PLATFORM_ARGS, "-d", str(wheels),
-                       f"{name}=={version}"]  # fmt: skip
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    *PLATFORM_ARGS,
+                    "-d",
+                    str(wheels),
+                    f"{name}=={version}",
+                ]
                 subprocess.run(cmd, check=True)
-                have = [p for p in wheels.glob("*.whl") if canonical(p.name.split("-")[0]) == name
-                        and p.name.split("-")[1] == version]  # fmt: skip
+                have = [
+                    p
+                    for p in wheels.glob("*.whl")
+                    if canonical(p.name.split("-")[0]) == name and p.name.split("-")[1] == version
+                ]
             keep.update(have)
         own = build_own_wheel(wheels)
         keep.add(own)

@@ -163,9 +163,15 @@ def read_record(checkpoint: str | os.PathLike) -> RunRecord | None:
     references = data.get("references") if isinstance(data.get("references"), dict) else {}
     history = data.get("history") if isinstance(data.get("history"), list) else []
     return RunRecord(
-        loss, options, path, data.get("framework"), data.get("distmatch_version"), unknown, references,
+        loss,
+        options,
+        path,
+        data.get("framework"),
+        data.get("distmatch_version"),
+        unknown,
+        references,
         tuple(h for h in history if isinstance(h, dict)),
-    )  # fmt: skip
+    )
 
 
 def checkpoint_folder(value: object, output_dir: str | os.PathLike | None) -> str | None:

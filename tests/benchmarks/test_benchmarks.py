@@ -38,8 +38,22 @@ def _run(args: list[str], out: Path) -> dict:
 
 
 def test_loss_benchmark_harness(tmp_path):
-    data = _run(["benchmarks/bench_losses.py", "--shapes", "tiny", "--paths", "fused", "--repeats", "1",
-                 "--losses", "ce,gem_ls,emo,dft,eaft", "--anchors", "hf_ce,torch_lce"], tmp_path)  # fmt: skip
+    data = _run(
+        [
+            "benchmarks/bench_losses.py",
+            "--shapes",
+            "tiny",
+            "--paths",
+            "fused",
+            "--repeats",
+            "1",
+            "--losses",
+            "ce,gem_ls,emo,dft,eaft",
+            "--anchors",
+            "hf_ce,torch_lce",
+        ],
+        tmp_path,
+    )
     rows = {(r["loss"], r["path"]): r for r in data["results"]}
     assert set(rows) == {
         ("ce", "hf_ce"),
@@ -65,9 +79,25 @@ def test_loss_benchmark_harness(tmp_path):
 
 def test_fused_memory_settings_benchmark_harness(tmp_path):
     """bench_fused_memory.py: every (loss x setting) row measured in one process, with its float64 errors."""
-    data = _run(["benchmarks/bench_fused_memory.py", "--device", "cpu", "--shape", "tiny", "--dtype", "bfloat16",
-                 "--losses", "ce,emo", "--settings", "default,accum-weight", "--repeats", "1", "--profile"],
-                tmp_path)  # fmt: skip
+    data = _run(
+        [
+            "benchmarks/bench_fused_memory.py",
+            "--device",
+            "cpu",
+            "--shape",
+            "tiny",
+            "--dtype",
+            "bfloat16",
+            "--losses",
+            "ce,emo",
+            "--settings",
+            "default,accum-weight",
+            "--repeats",
+            "1",
+            "--profile",
+        ],
+        tmp_path,
+    )
     rows = {(r["loss"], r["setting"]): r for r in data["rows"]}
     for row in rows.values():  # --profile: the heaviest operations of each case, the matmuls among them
         assert 0 < len(row["profile"]) <= 10 and all(p["ms"] > 0 and p["calls"] > 0 for p in row["profile"])
@@ -103,8 +133,22 @@ def test_fused_memory_tiles_settings_run_the_tiles_mode(monkeypatch):
 
 
 def test_anchored_loss_benchmark_harness(tmp_path):
-    data = _run(["benchmarks/bench_anchored.py", "--N", "64", "--d", "16", "--V", "256", "--repeats", "1",
-                 "--cases", "asft logits,asft fused"], tmp_path)  # fmt: skip
+    data = _run(
+        [
+            "benchmarks/bench_anchored.py",
+            "--N",
+            "64",
+            "--d",
+            "16",
+            "--V",
+            "256",
+            "--repeats",
+            "1",
+            "--cases",
+            "asft logits,asft fused",
+        ],
+        tmp_path,
+    )
     rows = {r["case"]: r for r in data["results"]}
     assert set(rows) == {"asft logits", "asft fused"}
     assert not [r for r in rows.values() if "error" in r]
@@ -116,8 +160,22 @@ def test_anchored_loss_benchmark_harness(tmp_path):
 
 def test_training_benchmark_harness(tmp_path):
     model = build_tiny_llama(tmp_path / "model")
-    data = _run(["benchmarks/bench_trl_training.py", "--model", str(model), "--losses", "nll,ce,gem_ls",
-                 "--steps", "3", "--warmup-steps", "1", "--batch-size", "2"], tmp_path / "out")  # fmt: skip
+    data = _run(
+        [
+            "benchmarks/bench_trl_training.py",
+            "--model",
+            str(model),
+            "--losses",
+            "nll,ce,gem_ls",
+            "--steps",
+            "3",
+            "--warmup-steps",
+            "1",
+            "--batch-size",
+            "2",
+        ],
+        tmp_path / "out",
+    )
     rows = {r["loss"]: r for r in data["results"]}
     assert list(rows) == ["nll", "ce", "gem_ls"] and not [r for r in rows.values() if "error" in r]
     for r in rows.values():
@@ -169,8 +227,24 @@ def test_training_benchmark_rejects_bad_input(tmp_path, capsys):
 def test_sharded_loss_benchmark_harness(tmp_path):
     """Two launches cover both setups and both paths: the unsharded logits path and the sharded head's fused path,
     whose rank-0 losses must agree (tests/distributed/test_fsdp2.py checks every layout x path for exactness)."""
-    data = _run(["benchmarks/bench_sharded_loss.py", "--cases", "ddp:logits,fsdp2_head:fused", "--losses", "ce",
-                 "--d", "32", "--vocab", "512", "--tokens", "64", "--seq", "32"], tmp_path)  # fmt: skip
+    data = _run(
+        [
+            "benchmarks/bench_sharded_loss.py",
+            "--cases",
+            "ddp:logits,fsdp2_head:fused",
+            "--losses",
+            "ce",
+            "--d",
+            "32",
+            "--vocab",
+            "512",
+            "--tokens",
+            "64",
+            "--seq",
+            "32",
+        ],
+        tmp_path,
+    )
     rows = {(r["setup"], r["path"]): r for r in data["results"]}
     assert list(rows) == [("ddp", "logits"), ("fsdp2_head", "fused")]
     assert not [r for r in rows.values() if "error" in r]
@@ -187,10 +261,24 @@ def test_demo_sampler_benchmark_harness(tmp_path):
     the demo's sampler drew the same samples in both."""
     model = build_tiny_llama(tmp_path / "model")
     proc = subprocess.run(
-        [sys.executable, "benchmarks/bench_demo_sampler.py", "--model", str(model), "--prompts", "2", "--samples", "2",
-         "--tokens", "4"],
-        capture_output=True, text=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}, cwd=REPO_ROOT, timeout=900,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "benchmarks/bench_demo_sampler.py",
+            "--model",
+            str(model),
+            "--prompts",
+            "2",
+            "--samples",
+            "2",
+            "--tokens",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
+        cwd=REPO_ROOT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "torch kernels: AVX2 vs DEFAULT" in proc.stdout
     assert "| demo | 4 / 4 |" in proc.stdout and "| hf | " in proc.stdout

@@ -100,8 +100,10 @@ def triton_rows():
             from triton.runtime.interpreter import InterpretedFunction
 
             if not isinstance(standard.max, InterpretedFunction):
-                pytest.fail("Triton was imported before TRITON_INTERPRET=1 was set; run these tests with "
-                            "TRITON_INTERPRET=1 in the environment.")  # fmt: skip
+                pytest.fail(
+                    "Triton was imported before TRITON_INTERPRET=1 was set; run these tests with "
+                    "TRITON_INTERPRET=1 in the environment."
+                )
         mp.setenv(KERNELS_ENV, "triton")
         yield importlib.import_module("trl_ext.losses.triton_rows")
 
@@ -133,8 +135,16 @@ def test_kernel_equals_torch_closed_forms(triton_rows, monkeypatch, name, params
     # The four-tile EMO case takes the fused path's form: raw dot products, the kernel applies the norms.
     if name == "emo" and vocab == 100:
         similarity, scales = _raw_similarity(y, vocab, seed=vocab)
-    expected = chunk_math(name, params, z.clone(), y, None if similarity is None else similarity.clone(),
-                          want_grad=True, want_stats=True, similarity_scales=scales)  # fmt: skip
+    expected = chunk_math(
+        name,
+        params,
+        z.clone(),
+        y,
+        None if similarity is None else similarity.clone(),
+        want_grad=True,
+        want_stats=True,
+        similarity_scales=scales,
+    )
     got = triton_rows.triton_chunk_math(
         name, params, z.clone(), y, similarity, want_grad=True, want_stats=True, similarity_scales=scales
     )
@@ -162,8 +172,15 @@ def test_kernel_is_stable_for_peaked_rows(triton_rows, monkeypatch, name, params
         name, params, z.clone(), y, similarity, want_grad=True, want_stats=False
     )
     assert torch.isfinite(got.loss).all() and torch.isfinite(got.grad).all()
-    torch_result = chunk_math(name, params, z.double(), y, None if similarity is None else similarity.double(),
-                              want_grad=True, want_stats=False)  # fmt: skip
+    torch_result = chunk_math(
+        name,
+        params,
+        z.double(),
+        y,
+        None if similarity is None else similarity.double(),
+        want_grad=True,
+        want_stats=False,
+    )
     # float32 vs float64: l = lse - z_y ~ 1e-16 is not representable in float32, which only emo2's detached
     # ratio e / l feels (its gradient stays small and finite).
     torch.testing.assert_close(got.loss.double(), torch_result.loss, rtol=1e-5, atol=1e-6)
@@ -430,8 +447,13 @@ def test_forced_triton_really_runs_the_kernel(triton_rows, monkeypatch):
     monkeypatch.setattr(triton_rows, "triton_chunk_math", spy)
     monkeypatch.setattr(kernels_module, "_triton_row_math", lambda: spy)
     monkeypatch.setattr(kernels_module, "_CHECKED", {(DEVICE.type, torch.float32)})  # self-check already done
-    fused_token_loss("gem_ls", torch.randn(4, 6, device=DEVICE), torch.randn(9, 6, device=DEVICE),
-                     torch.tensor([0, 1, -100, 8], device=DEVICE), beta=0.7)  # fmt: skip
+    fused_token_loss(
+        "gem_ls",
+        torch.randn(4, 6, device=DEVICE),
+        torch.randn(9, 6, device=DEVICE),
+        torch.tensor([0, 1, -100, 8], device=DEVICE),
+        beta=0.7,
+    )
     assert calls == ["gem_ls"]
 
 
