@@ -137,7 +137,7 @@ def completion_program(
     doc: Mapping[str, Any], task: str, completion: str, tests: str = "base"
 ) -> tuple[str, ...]:
     """The program that passes when the completion of `doc` passes its tests (``base`` or ``plus``), as the pieces
-    :func:`eval_tasks.code_execution.execute` parses each on its own: the completion cannot reach into the tests."""
+    :func:`eval_tasks.sandbox.execute` parses each on its own: the completion cannot reach into the tests."""
     key = _spec(task).key
     code = cut_completion(completion)
     if key == "humaneval":

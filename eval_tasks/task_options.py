@@ -294,10 +294,10 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             ("code",),
             10,
             None,
-            "seconds one test program may run in the sandbox (eval_tasks.code_execution; at most 600)",
+            "seconds one test program may run in the sandbox (eval_tasks.sandbox; at most 600)",
             kind=int,
             minimum=1,
-            maximum=600,  # eval_tasks.code_execution.MAX_TIMEOUT_S
+            maximum=600,  # eval_tasks.sandbox.MAX_TIMEOUT_S
             tasks=_CODE,
         ),
         TaskOption(

@@ -73,7 +73,7 @@ metadata:
 
 CODE_TASK = Template("""\
 # GEM code evaluation (Tables 6 and 9): ${title}, ${note}.
-# Run with --confirm_run_unsafe_code (the programs run in eval_tasks.code_execution's sandbox).
+# Run with --confirm_run_unsafe_code (the programs run in eval_tasks.sandbox).
 task: ${task}
 include: _code_template_yaml
 dataset_kwargs:

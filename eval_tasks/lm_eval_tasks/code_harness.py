@@ -1,7 +1,7 @@
 """The lm-eval task class and loader of the code tasks (``distmatch_humaneval``, ``distmatch_mbpp_plus``).
 
 ``code_samples`` completions per problem (lm-eval's ``repeats``, all kept by the filter), each cut at the first code
-fence, run with the problem's tests in :mod:`eval_tasks.code_execution`'s sandbox as a program of separate pieces
+fence, run with the problem's tests in the sandbox (:mod:`eval_tasks.sandbox`) as a program of separate pieces
 (each parsed on its own, so a completion cannot reach into the tests);
 ``pass@k`` per problem by the unbiased estimator (:func:`eval_tasks.metrics.pass_at_k`), x100, averaged over the
 problems by lm-eval. The YAMLs set ``unsafe_code: true``, so lm-eval refuses to run them without
@@ -14,10 +14,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from eval_tasks.code_execution import execute_many
 from eval_tasks.code_tasks import code_documents, completion_program, prompt_text
 from eval_tasks.lm_eval_tasks.harness import DistMatchTask, _dataset_dict
 from eval_tasks.metrics.pass_at_k import PASS_AT_K, pass_at_k
+from eval_tasks.sandbox import execute_many
 from eval_tasks.task_options import resolve
 
 __all__ = ["CodeTask", "load_code_dataset"]

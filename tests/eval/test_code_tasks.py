@@ -11,7 +11,7 @@ import pytest
 
 from distmatch.errors import DistMatchConfigError
 from eval_tasks import code_tasks as ct
-from eval_tasks.code_execution import execute
+from eval_tasks.sandbox import execute
 from eval_tasks.task_options import check_task_options, family_of_task, resolve
 
 FIXTURES = Path(__file__).parent / "fixtures" / "code"
@@ -124,7 +124,7 @@ def test_code_options_and_the_gem_protocol() -> None:
 def test_a_code_timeout_the_sandbox_would_refuse_is_refused_by_the_options_check(timeout) -> None:
     """Before any sample is generated (the pre-flight and the task class run this check), not when the first
     program runs (``execute`` raised OverflowError for 1e10 after every sample was generated)."""
-    from eval_tasks.code_execution import MAX_TIMEOUT_S
+    from eval_tasks.sandbox import MAX_TIMEOUT_S
 
     with pytest.raises(
         DistMatchConfigError,

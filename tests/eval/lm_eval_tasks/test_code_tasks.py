@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks.code_execution import MAX_TIMEOUT_S, execute
 from eval_tasks.code_tasks import completion_program, prompt_text
+from eval_tasks.sandbox import MAX_TIMEOUT_S, execute
 from tests.eval.lm_eval_tasks.helpers import (
     _check,
     _lm_eval_cmd,
@@ -23,7 +23,7 @@ from tests.eval.lm_eval_tasks.helpers import (
     _samples,
     needs_lm_eval,
 )
-from tests.eval.test_code_execution import EARLY_EXITS, IN_CHECK
+from tests.eval.sandbox.test_sandbox import EARLY_EXITS, IN_CHECK
 from tests.helpers.env import REPO_ROOT
 
 pytestmark = [

@@ -1,4 +1,5 @@
-"""eval_tasks.code_execution's contracts as the module docstring states them, each checked with real programs.
+"""The sandbox's contract (eval_tasks.sandbox's docstring) on limits, time, opt-in, scratch and output, each checked
+with real programs.
 
 Every `SandboxLimits` field given to `execute_many` is the limit a program meets (each one alone: a program just
 inside passes, the same program past it fails), `timeout_s` is wall time from the program's start (a sleeping
@@ -19,7 +20,8 @@ import time
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks import code_execution as ce
+from eval_tasks import sandbox
+from eval_tasks.sandbox import harness
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("unshare") is None, reason="needs Linux and unshare"
@@ -28,32 +30,34 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def _no_scratch_left():
-    before = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.scratch_prefix())}
+    before = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(harness.scratch_prefix())}
     yield
-    after = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.scratch_prefix())}
+    after = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(harness.scratch_prefix())}
     assert after - before == set()
 
 
-def many(programs: list[str], timeout_s: float = 5.0, **limits: int) -> list[ce.ExecutionResult]:
-    return ce.execute_many(programs, timeout_s, workers=2, limits=ce.SandboxLimits(**limits), allow=True)
+def many(programs: list[str], timeout_s: float = 5.0, **limits: int) -> list[sandbox.ExecutionResult]:
+    return sandbox.execute_many(
+        programs, timeout_s, workers=2, limits=sandbox.SandboxLimits(**limits), allow=True
+    )
 
 
 def test_an_explicit_allow_false_wins_over_the_environment_opt_in(monkeypatch, tmp_path) -> None:
     marker = tmp_path / "ran"
     program = f"open({str(marker)!r}, 'w')\n"
-    monkeypatch.setenv(ce.ALLOW_ENV, "1")
+    monkeypatch.setenv(sandbox.ALLOW_ENV, "1")
     for call in (
-        lambda: ce.execute(program, 2.0, allow=False),
-        lambda: ce.execute_many([program], 2.0, allow=False),
+        lambda: sandbox.execute(program, 2.0, allow=False),
+        lambda: sandbox.execute_many([program], 2.0, allow=False),
     ):
         with pytest.raises(DistMatchConfigError, match="Refusing to run model-generated code"):
             call()
     assert not marker.exists()
-    assert ce.execute("pass", 2.0).passed  # allow unset: the environment's opt-in is enough
-    monkeypatch.setenv(ce.ALLOW_ENV, "0")
+    assert sandbox.execute("pass", 2.0).passed  # allow unset: the environment's opt-in is enough
+    monkeypatch.setenv(sandbox.ALLOW_ENV, "0")
     with pytest.raises(DistMatchConfigError, match="Refusing"):
-        ce.execute("pass", 2.0)
-    assert ce.execute("pass", 2.0, allow=True).passed
+        sandbox.execute("pass", 2.0)
+    assert sandbox.execute("pass", 2.0, allow=True).passed
 
 
 def test_execute_many_applies_its_file_size_limit() -> None:
@@ -97,29 +101,29 @@ def test_the_scratch_folder_is_in_tmp_and_is_cwd_home_and_tmpdir() -> None:
     program = (
         "import os, tempfile\n"
         "here = os.getcwd()\n"
-        f"assert os.path.dirname(here) == '/tmp' and os.path.basename(here).startswith({ce.SCRATCH_PREFIX!r}), here\n"
+        f"assert os.path.dirname(here) == '/tmp' and os.path.basename(here).startswith({harness.SCRATCH_PREFIX!r}), here\n"
         "assert os.environ['HOME'] == here and os.environ['TMPDIR'] == here, dict(os.environ)\n"
         "assert tempfile.gettempdir() == here and os.path.dirname(__file__) == here, __file__\n"
         "with tempfile.NamedTemporaryFile(dir=None) as f:\n"
         "    assert os.path.dirname(f.name) == here\n"
     )
-    result = ce.execute(program, 5.0, allow=True)
+    result = sandbox.execute(program, 5.0, allow=True)
     assert result.passed, result.reason
 
 
 def test_the_timeout_counts_wall_time_a_sleeping_program_is_stopped() -> None:
     start = time.monotonic()
-    result = ce.execute("import time\ntime.sleep(30)\n", 1.0, allow=True)
+    result = sandbox.execute("import time\ntime.sleep(30)\n", 1.0, allow=True)
     assert not result.passed and result.reason == "timed out after 1s", result
     assert time.monotonic() - start < 10.0
     # the same kind of program within its timeout passes: the limit is timeout_s, not a fixed one
-    assert ce.execute("import time\ntime.sleep(1.5)\n", 6.0, allow=True).passed
+    assert sandbox.execute("import time\ntime.sleep(1.5)\n", 6.0, allow=True).passed
 
 
 def test_the_cpu_limit_is_not_below_the_timeout() -> None:
     """A program computing 1.3 CPU-seconds within a 10 s timeout passes (the CPU limit is above the timeout)."""
     busy = "import time\nwhile time.process_time() < 1.3:\n    pass\n"
-    result = ce.execute(busy, 10.0, allow=True)
+    result = sandbox.execute(busy, 10.0, allow=True)
     assert result.passed, result.reason
 
 
@@ -127,10 +131,10 @@ def test_the_reason_holds_the_end_of_stderr_and_nothing_of_stdout() -> None:
     program = (
         "import sys\n"
         "print('STDOUT-MARK ' * 1000)\n"
-        f"sys.stderr.write('noise ' * {ce.OUTPUT_TAIL})\n"
+        f"sys.stderr.write('noise ' * {sandbox.OUTPUT_TAIL})\n"
         "raise ValueError('the last words')\n"
     )
-    result = ce.execute(program, 5.0, allow=True)
+    result = sandbox.execute(program, 5.0, allow=True)
     assert result.returncode == 1 and result.reason.endswith("ValueError: the last words"), result.reason[
         -200:
     ]
@@ -138,8 +142,8 @@ def test_the_reason_holds_the_end_of_stderr_and_nothing_of_stdout() -> None:
 
 
 def test_a_sandbox_that_cannot_start_raises_from_execute_many_never_a_failed_sample(monkeypatch) -> None:
-    monkeypatch.setenv(ce.PYTHON_ENV, "/nonexistent/python3")
-    with pytest.raises(ce.SandboxUnavailable, match="could not start the program"):
+    monkeypatch.setenv(sandbox.PYTHON_ENV, "/nonexistent/python3")
+    with pytest.raises(sandbox.SandboxUnavailable, match="could not start the program"):
         many(["pass", "raise SystemExit(1)"])
-    with pytest.raises(ce.SandboxUnavailable, match="nothing was run"):
-        ce.execute("pass", 2.0, allow=True)
+    with pytest.raises(sandbox.SandboxUnavailable, match="nothing was run"):
+        sandbox.execute("pass", 2.0, allow=True)

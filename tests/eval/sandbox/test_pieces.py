@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks import code_execution as ce
 from eval_tasks import code_tasks as ct
+from eval_tasks import sandbox
 from eval_tasks.task_options import TASK_OPTIONS, check_task_options
 
 pytestmark = [
@@ -31,7 +31,7 @@ pytestmark = [
     ),
 ]
 
-FIXTURES = Path(__file__).parent / "fixtures" / "code"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "code"
 
 
 def _row(key: str, index: int) -> dict:
@@ -84,10 +84,10 @@ COMMENTS = {
 }  # parse: the checks fail them
 
 
-def _run_all(case: str, completions: list[str]) -> list[ce.ExecutionResult]:
+def _run_all(case: str, completions: list[str]) -> list[sandbox.ExecutionResult]:
     task, doc, _, _ = CASES[case]
     programs = [ct.completion_program(doc, task, c, "plus") for c in completions]
-    return ce.execute_many(programs, 10.0, workers=2, allow=True)
+    return sandbox.execute_many(programs, 10.0, workers=2, allow=True)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -95,7 +95,7 @@ def test_a_wrong_completion_cannot_reach_into_the_tests(case) -> None:
     _, _, wrong, right = CASES[case]
     wrongs = _run_all(case, [wrong + trick for trick in TRICKS.values()] + [right])
     assert {name: r.passed for name, r in zip(TRICKS, wrongs)} == dict.fromkeys(TRICKS, False)
-    assert wrongs[-1] == ce.ExecutionResult(True, "passed", 0)  # the correct completion
+    assert wrongs[-1] == sandbox.ExecutionResult(True, "passed", 0)  # the correct completion
     for name, result in zip(TRICKS, wrongs):
         why = "AssertionError" if name in COMMENTS else r"(Syntax|Indentation)Error"
         assert re.search(why, result.reason), (name, result.reason)
@@ -106,14 +106,14 @@ def test_a_completion_that_parses_only_with_the_tests_fails(case) -> None:
     """Even a correct one: the same program as one string passes (the identity decorator keeps the checks)."""
     task, doc, _, right = CASES[case]
     program = ct.completion_program(doc, task, right + "@(lambda f: f)", "plus")
-    joined, pieces = ce.execute_many(["\n".join(program), program], 10.0, workers=2, allow=True)
+    joined, pieces = sandbox.execute_many(["\n".join(program), program], 10.0, workers=2, allow=True)
     assert joined.passed, joined.reason
     assert not pieces.passed and "SyntaxError: invalid syntax" in pieces.reason, pieces.reason
 
 
 def test_each_piece_keeps_its_lines_in_the_file() -> None:
     """Tracebacks and syntax errors name the line of program.py (the pieces joined by newlines)."""
-    failed, syntax = ce.execute_many(
+    failed, syntax = sandbox.execute_many(
         [("x = 1\r\n", "\n\ny = 2", "assert x == y, 'third piece'"), ("x = 1", "def f(:", "pass")],
         5.0,
         allow=True,
@@ -127,7 +127,7 @@ def test_each_piece_keeps_its_lines_in_the_file() -> None:
 @pytest.mark.parametrize("program", [[], ("pass", 1), b"pass", None])
 def test_a_program_that_is_no_source_or_pieces_is_refused(program) -> None:
     with pytest.raises(DistMatchConfigError, match="execute: program must be Python source") as err:
-        ce.execute(program, 2.0, allow=True)
+        sandbox.execute(program, 2.0, allow=True)
     assert "\n" not in str(err.value)
 
 
@@ -136,6 +136,6 @@ def test_the_code_tasks_timeout_range_is_one_the_sandbox_accepts() -> None:
     option = TASK_OPTIONS["code_timeout"]
     for seconds in (option.minimum, option.maximum):
         check_task_options({"code_timeout": seconds})
-        assert ce.check_timeout(seconds) == seconds
+        assert sandbox.check_timeout(seconds) == seconds
     with pytest.raises(DistMatchConfigError, match="code_timeout=0 is invalid"):
         check_task_options({"code_timeout": 0})

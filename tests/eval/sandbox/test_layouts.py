@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import code_execution as ce
-from tests.eval.test_code_execution import _sandbox_processes, _scratch_folders, run
+from eval_tasks import sandbox
+from eval_tasks.sandbox import harness
+from tests.eval.sandbox.conftest import run, sandbox_processes, scratch_folders
 from tests.helpers.env import REPO_ROOT
 
 pytestmark = [
@@ -45,9 +46,11 @@ def layout(request, monkeypatch) -> Iterator[str]:
     if request.param == "interpreter_under_tmp":
         made = tempfile.mkdtemp(prefix="distmatch-test-venv-", dir="/tmp")
         venv = Path(made, "venv")
-        python = ce._interpreter(os.geteuid() == 0)  # the one the sandbox would run: its venv, under /tmp
+        python = harness._interpreter(
+            os.geteuid() == 0
+        )  # the one the sandbox would run: its venv, under /tmp
         subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
-        monkeypatch.setenv(ce.PYTHON_ENV, str(venv / "bin" / "python"))
+        monkeypatch.setenv(sandbox.PYTHON_ENV, str(venv / "bin" / "python"))
     elif request.param == "tmpdir_elsewhere":
         base = next((d for d in ("/var/tmp", "/dev/shm") if os.access(d, os.W_OK)), None)
         if base is None:
@@ -55,11 +58,11 @@ def layout(request, monkeypatch) -> Iterator[str]:
         made = tempfile.mkdtemp(prefix="distmatch-test-tmpdir-", dir=base)
         monkeypatch.setenv("TMPDIR", made)
         monkeypatch.setattr(tempfile, "tempdir", made)  # what execute's mkdtemp reads
-    before = _scratch_folders()
+    before = scratch_folders()
     try:
         yield request.param
-        assert _scratch_folders() - before == set()
-        assert _sandbox_processes() == []
+        assert scratch_folders() - before == set()
+        assert sandbox_processes() == []
     finally:
         if made is not None:
             shutil.rmtree(made)
@@ -73,10 +76,10 @@ def _binds() -> list[str]:
     """The host folders the sandbox shows at their own paths: the top-level folders (links are copied), then the
     interpreter's prefix and the launcher's site-packages when another interpreter runs the programs (real paths,
     those inside an earlier one left out)."""
-    python = ce._interpreter(os.geteuid() == 0)
-    extra = ce._prefixes(python).split(os.pathsep)
+    python = harness._interpreter(os.geteuid() == 0)
+    extra = list(harness._prefixes(python))
     if python != sys.executable:
-        extra += ce._packages().split(os.pathsep)
+        extra += harness._packages()
     binds = [f"/{top}" for top in TOP if os.path.isdir(f"/{top}") and not os.path.islink(f"/{top}")]
     for path in filter(None, extra):
         real = os.path.realpath(path)
@@ -176,7 +179,7 @@ def test_the_scratch_folder_is_made_in_the_hosts_tmpdir(layout) -> None:
             run, "import os, time\nassert os.path.dirname(os.getcwd()) == '/tmp'\ntime.sleep(0.3)\n"
         )
         while not future.done():
-            seen |= _scratch_folders()
+            seen |= scratch_folders()
             time.sleep(0.01)
     assert future.result().passed, future.result().reason
     assert len(seen) == 1, (layout, tempfile.gettempdir(), seen)

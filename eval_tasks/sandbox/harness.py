@@ -1,74 +1,8 @@
-"""Run one generated Python program in a sandbox: :func:`execute` (the code tasks' only way to run a sample).
+"""The sandbox's host side: :func:`execute` / :func:`execute_many` (the code tasks' only way to run a sample).
 
-**A pass is decided by the harness.** ``execute(program, timeout_s)`` passes only when the program's code ran to its
-end: a runner inside the sandbox (``_sandbox_runner.py``) runs the program (as module ``__program__``: like the
-reference harnesses, which exec it in a fresh namespace, a completion's ``if __name__ == "__main__":`` block does
-not run), and only when that returns normally, in the sandbox's first process, does it read a random nonce of this run from an inherited pipe and write it
-to a second pipe; the harness counts a pass only when that pipe holds exactly the nonce and the process then ended
-with status 0 within the time limit. The nonce is in no file, argument, environment variable or output the program
-can read before its code has returned, so neither output nor a way of ending the interpreter early counts:
-``sys.exit(0)``, ``exit()``, ``os._exit(0)``, ``unittest.main()``, ``SystemExit`` raised inside the checks, an
-``atexit`` handler, a ``sys.excepthook``, a signal handler or a thread that ends the process, a forked child that
-runs to the end: all fail. After the verdict nothing of the program runs (``os._exit``: no ``atexit`` handler,
-finalizer or thread join). Tracing and profiling hooks (``sys.settrace``, ``sys.setprofile``, ``sys.monitoring``,
-the C API's ``PyEval_SetTrace``), which could jump over a failing ``assert``, are refused (clearing them still
-works); the source is decoded as UTF-8 by the runner (a coding cookie cannot re-read the checks).
-
-**Pieces.** `program` may be a list or tuple of pieces (the code tasks pass the prompt with the completion, the
-tests, and the entry point's call): program.py holds them joined by newlines, and the runner parses each piece on
-its own, then runs all their statements, in order, as one module (one code object: nothing between the pieces that
-the program could change at run time to skip one). So a completion cannot reach across its end into the tests: a
-completion ending with a dangling decorator (which would turn the tests' ``def check`` into a no-op), an open
-bracket, string, backslash or ``if`` / ``def`` header fails with its ``SyntaxError``, as does any piece that parses
-only together with the next one. Line numbers are those of program.py. A program given as one string is one piece.
-
-**What the program sees** (new Linux namespaces from ``unshare``: network, mount, PID, IPC, UTS; a user namespace
-too when not run as root; then ``pivot_root`` into a root built for it, the host's root detached):
-
-* ``/usr`` and the top-level ``/bin``, ``/sbin``, ``/lib*`` links or folders (the interpreter, its standard library
-  and shared libraries), the interpreter's prefix when it is elsewhere and the launcher's site-packages when the
-  programs run with another interpreter: all read-only, at their own paths (whose parent folders hold nothing else);
-* ``/etc`` with only ``passwd``, ``group``, ``hosts`` (written for the sandbox), ``ld.so.cache`` and ``localtime``;
-  ``/dev`` with only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and links; a read-only ``/proc`` of its
-  own PID namespace (only the sandbox's processes);
-* its scratch folder ``/tmp/distmatch-sandbox-<pid>-*`` (``<pid>``: the evaluating process; working directory,
-  ``HOME``, ``TMPDIR``, ``/dev/shm``; on the host it is made in the evaluating process's ``TMPDIR``, wherever that
-  is): the only writable place, a tmpfs of its own capped at ``SandboxLimits.scratch_mb`` and 4,096 files; gone
-  with the sandbox.
-
-Nothing else exists there: not the host's ``/tmp`` (a prefix or site-packages under ``/tmp``, as in a checkout
-cloned there, shows in the sandbox's ``/tmp`` beside the scratch folder), ``/run``, ``/var``, ``/home``, ``/root``,
-the project, any Unix-domain socket file or other ``/etc`` file. **No network**: the network namespace has only a
-loopback that is down. **Limits**: CPU seconds, address space, file size, processes, 256 open files, no core files
-(``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``); as root the
-program runs as a user of its own (uid ``0x70000000`` + the launcher's PID), so its process budget is its own and
-parallel sandboxes do not share it; ``oom_score_adj`` 1000 (a host out of memory kills the sandbox first). **No
-privileges**: no capabilities (empty bounding set), ``no_new_privs``, and a seccomp filter refusing
-``memfd_create`` / ``memfd_secret`` (memory no limit bounds), SysV shared memory and message queues, new user
-namespaces, ``userfaultfd``, ``bpf``, ``perf_event_open``, the key rings and ``io_uring``. **Environment**: only
-``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, one BLAS/OpenMP thread and ``PYTHONPATH`` (the launcher's site-packages
-when another interpreter runs the programs). **Time**: ``timeout_s`` (:data:`MIN_TIMEOUT_S` to
-:data:`MAX_TIMEOUT_S`) counts from the moment the runner starts the program; then the sandbox's PID 1 is killed,
-and the kernel kills every process of its PID namespace. **Output**: only the last :data:`OUTPUT_TAIL` bytes of
-stderr are kept (stdout is read and dropped), however much the program prints.
-
-**Refusals** (one line, before anything runs): ``timeout_s`` must be a number from :data:`MIN_TIMEOUT_S` (0.1 s) to
-:data:`MAX_TIMEOUT_S` (600 s): ``1e-9``, ``inf``, ``nan``, ``1e10`` and ``True`` are refused; each
-:class:`SandboxLimits` field an integer from 1 to its :data:`LIMIT_MAXIMA` (``memory_mb`` 65,536, ``file_size_mb``
-1,024, ``processes`` 1,024, ``scratch_mb`` 1,024: the scratch folder is the host's memory); `program` a string or a
-non-empty list or tuple of strings. Where ``unshare`` is missing, the namespaces or the root cannot be built, or the
-interpreter cannot be started (the runner never reported that it started the program), :func:`execute` raises
-:class:`SandboxUnavailable`: a sample is never failed, nor run unsandboxed, because of the sandbox. Generated code
-runs only after an explicit opt-in: ``allow=True`` (the lm-eval code tasks pass it once lm-eval has checked
-``--confirm_run_unsafe_code``) or ``DISTMATCH_ALLOW_CODE_EXECUTION=1``.
-
-**Not guaranteed**: the checks run in the program's own interpreter, and the program's functions run during them,
-so a program written against this harness can still forge a pass: by reading the nonce pipe itself, by changing the
-checks' objects through ``ctypes``, ``gc`` or a thread of its own, or by returning an object whose ``__eq__`` is
-always true (as in the reference harnesses). The memory limit is per process (all of them: processes x
-``memory_mb``). Started as another user than root, the sandboxes share that user's process limit. The kernel is
-shared: no defence against kernel exploits. Linux on x86-64 or ARM64 only (the system call numbers of
-``pivot_root`` and the seccomp filter).
+What a program can and cannot see or do, and what a pass means, is the contract in :mod:`eval_tasks.sandbox` (the
+package's docstring); this module checks the input, writes the program, starts ``init.py`` under ``unshare`` with an
+:class:`~eval_tasks.sandbox.config.InitConfig`, watches its pipes within the time limit and gives the verdict.
 """
 
 from __future__ import annotations
@@ -90,12 +24,16 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from distmatch.errors import DistMatchConfigError
+from eval_tasks.sandbox.config import PROGRAM_FILE, UID_BASE, InitConfig
+from eval_tasks.sandbox.runner import STARTED
 
 __all__ = [
     "ALLOW_ENV",
     "LIMIT_MAXIMA",
     "MAX_TIMEOUT_S",
     "MIN_TIMEOUT_S",
+    "OUTPUT_TAIL",
+    "PYTHON_ENV",
     "ExecutionResult",
     "SandboxLimits",
     "SandboxUnavailable",
@@ -129,11 +67,8 @@ LIMIT_MAXIMA = {"memory_mb": 65536, "file_size_mb": 1024, "processes": 1024, "sc
 OUTPUT_TAIL = 8192
 #: Seconds the sandbox may take to start the program (namespaces, root, interpreter) before it counts as unavailable.
 SETUP_LIMIT_S = 60.0
-_INIT = Path(__file__).with_name("_sandbox_init.py")
-_STARTED = b"started\n"
-_TAIL = 400
-#: The program's user as root: UID_BASE + the launcher's PID (kept equal to _sandbox_init.UID_BASE).
-UID_BASE = 0x70000000
+_INIT = Path(__file__).with_name("init.py")
+_TAIL = 400  #: characters of the stderr tail a failure's reason shows
 
 
 class SandboxUnavailable(RuntimeError):
@@ -177,7 +112,7 @@ def check_allowed(allow: bool | None = None) -> None:
         return
     raise DistMatchConfigError(
         "Refusing to run model-generated code: pass --confirm_run_unsafe_code to lm_eval for the distmatch code "
-        f"tasks, or set {ALLOW_ENV}=1 (eval_tasks.code_execution runs it in a sandbox, see docs/evaluation.md)."
+        f"tasks, or set {ALLOW_ENV}=1 (eval_tasks.sandbox runs it in a sandbox, see docs/evaluation.md)."
     )
 
 
@@ -209,14 +144,14 @@ def _pieces(program: object) -> tuple[str, ...]:
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # as the tokenizer and linecache count lines
 
 
-def _layout(pieces: tuple[str, ...]) -> tuple[str, str]:
+def _layout(pieces: tuple[str, ...]) -> tuple[str, tuple[tuple[int, int], ...]]:
     """program.py's text (the pieces joined by newlines) and, for the runner, each piece's length and its first
-    line's number less one, ``"length:line,..."``: a piece parsed alone keeps its line numbers in the file."""
+    line's number less one: a piece parsed alone keeps its line numbers in the file."""
     text, layout = "", []
     for piece in pieces:
-        layout.append(f"{len(piece)}:{len(_LINE_BREAK.findall(text))}")
+        layout.append((len(piece), len(_LINE_BREAK.findall(text))))
         text += piece + "\n"
-    return text[:-1], ",".join(layout)
+    return text[:-1], tuple(layout)
 
 
 def _interpreter(real_root: bool) -> str:
@@ -230,16 +165,16 @@ def _interpreter(real_root: bool) -> str:
     return sys.executable
 
 
-def _packages() -> str:
+def _packages() -> tuple[str, ...]:
     """This interpreter's site-packages, for a sandbox interpreter of the same Python version (the system one when
     started as root): EvalPlus's tests import numpy."""
     import sysconfig
 
     paths = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
-    return os.pathsep.join(p for p in paths if os.path.isdir(p))
+    return tuple(p for p in paths if os.path.isdir(p))
 
 
-def _prefixes(python: str) -> str:
+def _prefixes(python: str) -> tuple[str, ...]:
     """The folders the interpreter needs besides /usr (shown read-only): its prefix and, for a venv, the base one."""
     if python == sys.executable:
         found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
@@ -247,16 +182,21 @@ def _prefixes(python: str) -> str:
         found = [
             os.path.dirname(os.path.dirname(p)) for p in (os.path.abspath(python), os.path.realpath(python))
         ]
-    return os.pathsep.join(dict.fromkeys(p for p in found if p not in ("", "/")))
+    return tuple(dict.fromkeys(p for p in found if p not in ("", "/")))
 
 
 def _launcher(
-    host_dir: str, timeout_s: float, limits: SandboxLimits, real_root: bool, fds: tuple[int, int], layout: str
+    host_dir: str,
+    timeout_s: float,
+    limits: SandboxLimits,
+    real_root: bool,
+    fds: tuple[int, int],
+    pieces: tuple[tuple[int, int], ...],
 ) -> list[str]:
     unshare = shutil.which("unshare")
     if unshare is None:
         raise SandboxUnavailable(
-            "eval_tasks.code_execution needs util-linux's `unshare` (network, mount and PID namespaces); it is "
+            "eval_tasks.sandbox needs util-linux's `unshare` (network, mount and PID namespaces); it is "
             "not on PATH, so no generated code is run."
         )
     namespaces = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child"]
@@ -264,21 +204,27 @@ def _launcher(
         namespaces.insert(0, "--map-root-user")  # a user namespace gives the other namespaces without root
     cpu = max(1, math.ceil(timeout_s)) + 1
     python = _interpreter(real_root)
-    args = [
-        host_dir,
-        str(cpu),
-        str(limits.memory_mb * 2**20),
-        str(limits.file_size_mb * 2**20),
-        str(limits.processes),
-        str(limits.scratch_mb * 2**20),
-        "1" if real_root else "0",
-        python,
-        _prefixes(python),
-        _packages() if python != sys.executable else "",
-        f"{fds[0]},{fds[1]}",
-        layout,
-    ]
-    return [unshare, *namespaces, "--", sys.executable, "-I", "-B", str(_INIT), *args]
+    try:
+        config = InitConfig(
+            host_dir=host_dir,
+            cpu_s=cpu,
+            memory_bytes=limits.memory_mb * 2**20,
+            file_bytes=limits.file_size_mb * 2**20,
+            processes=limits.processes,
+            scratch_bytes=limits.scratch_mb * 2**20,
+            real_root=real_root,
+            python=python,
+            prefixes=_prefixes(python),
+            packages=_packages() if python != sys.executable else (),
+            nonce_fd=fds[0],
+            verdict_fd=fds[1],
+            pieces=pieces,
+        )
+    except ValueError as err:  # e.g. a relative DISTMATCH_SANDBOX_PYTHON
+        raise SandboxUnavailable(
+            f"the sandbox could not start the program: {err} (nothing was run)"
+        ) from None
+    return [unshare, *namespaces, "--", sys.executable, "-I", "-B", str(_INIT), config.to_json()]
 
 
 def _kill_sandbox(proc: subprocess.Popen[bytes]) -> None:
@@ -357,7 +303,7 @@ def _watch(proc: subprocess.Popen[bytes], verdict_fd: int, timeout_s: float, non
     close, within SETUP_LIMIT_S for the start and `timeout_s` from the start; kill the sandbox at the limit."""
     assert proc.stdout is not None and proc.stderr is not None
     seen = _Watch(bytearray(), bytearray())
-    room = len(_STARTED) + len(nonce) + 1  # more than this is not a verdict: keep no more
+    room = len(STARTED) + len(nonce) + 1  # more than this is not a verdict: keep no more
     deadline = time.monotonic() + SETUP_LIMIT_S
     with selectors.DefaultSelector() as selector:
         for fd in (proc.stdout.fileno(), proc.stderr.fileno(), verdict_fd):
@@ -376,7 +322,7 @@ def _watch(proc: subprocess.Popen[bytes], verdict_fd: int, timeout_s: float, non
                 elif key.fd == proc.stderr.fileno():
                     seen.stderr += data
                     del seen.stderr[:-OUTPUT_TAIL]
-            if not seen.started and seen.verdict.startswith(_STARTED):
+            if not seen.started and seen.verdict.startswith(STARTED):
                 seen.started = True
                 deadline = time.monotonic() + timeout_s
     if not seen.timed_out:
@@ -402,11 +348,12 @@ def execute(
     allow: bool | None = None,
 ) -> ExecutionResult:
     """Run `program` (Python source, or its pieces: each parsed on its own, all run in order as one module) in the
-    sandbox; passed = its code ran to its end within `timeout_s` seconds (see the module docstring). Raises
+    sandbox; passed = its code ran to its end within `timeout_s` seconds (the contract: :mod:`eval_tasks.sandbox`).
+    Raises
     :class:`SandboxUnavailable` when the sandbox could not start it."""
     check_allowed(allow)
     timeout = check_timeout(timeout_s)
-    source, layout = _layout(_pieces(program))
+    source, pieces = _layout(_pieces(program))
     if limits is not None and not isinstance(limits, SandboxLimits):
         raise DistMatchConfigError(f"execute: limits must be a SandboxLimits, got {type(limits).__name__}.")
     limits = limits or SandboxLimits()
@@ -416,14 +363,14 @@ def execute(
     fds: list[int] = []
     proc: subprocess.Popen[bytes] | None = None
     try:
-        Path(host_dir, "program.py").write_bytes(source.encode("utf-8"))
+        Path(host_dir, PROGRAM_FILE).write_bytes(source.encode("utf-8"))
         nonce_r, nonce_w = os.pipe()
         fds += [nonce_r, nonce_w]
         os.write(nonce_w, nonce)
         os.close(fds.pop())
         verdict_r, verdict_w = os.pipe()
         fds += [verdict_r, verdict_w]
-        command = _launcher(host_dir, timeout, limits, real_root, (nonce_r, verdict_w), layout)
+        command = _launcher(host_dir, timeout, limits, real_root, (nonce_r, verdict_w), pieces)
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -451,7 +398,7 @@ def execute(
             )
         if seen.timed_out:
             return ExecutionResult(False, f"timed out after {timeout:g}s", None)
-        if code == 0 and bytes(seen.verdict) == _STARTED + nonce:
+        if code == 0 and bytes(seen.verdict) == STARTED + nonce:
             return ExecutionResult(True, "passed", 0)
         if code < 0:
             return ExecutionResult(False, f"killed by signal {_signal_name(-code)}", code)

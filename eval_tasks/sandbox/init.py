@@ -1,77 +1,84 @@
-"""The first process inside the sandbox's namespaces (run by :mod:`eval_tasks.code_execution`, not imported).
+"""The sandbox's first process: it builds what the contract (:mod:`eval_tasks.sandbox`) says a program sees and
+may do, then execs the runner (``runner.py``). Run by the harness, never imported by it:
 
-``unshare --net --mount --pid --ipc --uts --fork --kill-child python -I _sandbox_init.py ARGS`` starts it as PID 1
-of a new PID namespace, with its own network namespace (only a down loopback: no network at all), its own mount
-table and IPC objects. Here, still privileged, it builds the only file system the program will see and starts it:
+    unshare --net --mount --pid --ipc --uts --fork --kill-child [--map-root-user] python -I -B init.py CONFIG
 
-1. the program's user: as the real root, uid = gid = ``UID_BASE`` + the host PID of the ``unshare`` launcher, a user
-   no other process has, so that the process limit (counted per user by the kernel) is this sandbox's own;
-2. a new root: a small tmpfs mounted over the (host) scratch folder, holding only
+CONFIG is an :class:`~eval_tasks.sandbox.config.InitConfig` as JSON; one that is not exactly its fields is refused,
+and so is any start but as PID 1 of a new PID namespace. There, still privileged, in this order:
 
-   * ``/usr`` and the top-level ``/bin``, ``/sbin``, ``/lib*`` (symlinks or read-only binds of the host's), the
-     interpreter's own prefix when it is not under ``/usr``, and the launcher's site-packages, all read-only;
-   * ``/etc`` with ``passwd``, ``group`` and ``hosts`` written here (root and nobody, localhost), the host's
-     ``ld.so.cache`` and ``localtime`` (read-only);
-   * ``/dev/null``, ``zero``, ``full``, ``random``, ``urandom`` (binds of the host's nodes) and the ``fd``,
-     ``stdin``, ``stdout``, ``stderr``, ``shm`` links;
-   * a fresh read-only ``/proc`` of the sandbox's PID namespace;
-   * ``/tmp/<scratch name>``: the program's scratch folder, its own tmpfs capped at the scratch size (and at
-     ``SCRATCH_INODES`` files), owned by the program's user, holding ``program.py``;
+1. the program's user: as the real root, ``UID_BASE`` + the host PID of the ``unshare`` launcher, a user no other
+   process has (the kernel counts the process limit per user);
+2. a new root: a small tmpfs mounted over the host's scratch folder, holding the binds, files, device nodes, links,
+   ``/proc`` and the scratch tmpfs the contract lists, every mount of it read-only but the scratch folder and
+   ``/proc``; then ``pivot_root`` into it and the old root detached;
+3. the resource limits and the highest ``oom_score_adj``;
+4. the privileges dropped: the capability bounding set emptied (before the user changes: that needs CAP_SETPCAP),
+   the user changed (as root), ``no_new_privs``, the parent-death signal set again, the seccomp filter of
+   ``syscalls.py`` installed;
+5. the runner exec'ed with the programs' interpreter, as this PID 1: when it exits, the kernel kills every process
+   left in the namespace.
 
-   every mount of it but the scratch folder and ``/proc`` read-only; then ``pivot_root`` into it and the old root
-   detached, so nothing of the host's ``/tmp``, ``/run``, ``/home``, ``/root``, sockets or the project exists there;
-3. the resource limits: CPU seconds, address space, file size, processes, open files, no core files; and the
-   highest ``oom_score_adj`` (1000), so that a host out of memory kills the sandbox's processes before any other;
-4. the privileges dropped: every capability leaves the bounding set, the user becomes the sandbox's own (as root),
-   ``no_new_privs`` is set, the parent-death signal set again, and a seccomp filter refuses a few system calls
-   (``_SECCOMP``: memory outside every limit, new user namespaces, kernel surface no test program needs);
-5. ``_sandbox_runner.py`` is exec'ed (as this PID 1: when it exits, the kernel kills every process left in the
-   namespace) with the interpreter, and runs the program's pieces (the layout is passed on as it came).
-
-Any failure before the exec exits with status 125 and one line on stderr: the program never runs half-sandboxed
-(the harness sees that the runner never started, and raises ``SandboxUnavailable``). Standard library only (it runs
-with ``python -I``).
+Any failure before the exec exits with ``SETUP_FAILED`` and one line on stderr: the program never runs
+half-sandboxed (the runner never wrote "started": the harness raises ``SandboxUnavailable``). Standard library only:
+``config.py`` and ``syscalls.py`` are loaded by their paths (``python -I`` does not put this folder on sys.path).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
+import importlib.util
+import json
 import os
 import platform
 import resource
+import signal
 import sys
+import types
 
-SETUP_FAILED = 125
+
+def _sibling(name: str) -> types.ModuleType:
+    """A module of this folder: run as a script, loaded by its path (nothing but the standard library is imported);
+    imported as part of the package (the tests), the package's own module."""
+    if __package__:
+        return importlib.import_module(f"{__package__}.{name}")
+    spec = importlib.util.spec_from_file_location(
+        f"_distmatch_sandbox_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building the class
+    spec.loader.exec_module(module)
+    return module
+
+
+config = _sibling("config")
+syscalls = _sibling("syscalls")
+
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MNT_DETACH = 2
-# statvfs f_flag bits -> mount flags that must be kept on a remount (locked flags in a user namespace)
-_KEEP = {2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME, 2048: MS_NODIRATIME, 4096: MS_RELATIME}
+# statvfs flags -> the mount flags a remount must keep (a user namespace locks them: dropping one fails the remount)
+_KEEP = {
+    os.ST_NOSUID: MS_NOSUID,
+    os.ST_NODEV: MS_NODEV,
+    os.ST_NOEXEC: MS_NOEXEC,
+    os.ST_NOATIME: MS_NOATIME,
+    os.ST_NODIRATIME: MS_NODIRATIME,
+    os.ST_RELATIME: MS_RELATIME,
+}
 PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_SET_PDEATHSIG = 38, 24, 1
-#: the program's user (as root) is UID_BASE + the launcher's host PID: above the ranges Linux distributions and
-#: container runtimes hand out (systemd's container range ends at 0x6FFFFFFF); PIDs stay below 2**22.
-UID_BASE = 0x70000000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+ROOT_TMPFS = "size=4m,nr_inodes=4096,mode=0755"  #: the new root: only folders, links and mount points
 SCRATCH_INODES = 4096  #: files and folders the program may create (tmpfs inodes cost kernel memory)
 OPEN_FILES = 256  #: RLIMIT_NOFILE
 OOM_SCORE_ADJ = 1000  #: when the host runs out of memory, the kernel kills the sandbox's processes first
-_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
-#: seccomp, per machine: (audit arch, system calls refused with EPERM, clone3, clone and unshare). Refused: memory
-#: outside every limit (memfd_create and memfd_secret files are bounded by no rlimit and no tmpfs size; SysV shared
-#: memory and message queues outlive their processes), kernel surface a test program never needs (userfaultfd, bpf,
-#: perf_event_open, the key rings, io_uring), and new user namespaces (clone / unshare with CLONE_NEWUSER: they
-#: would give the program capabilities there). clone3 answers ENOSYS: its flags cannot be read by a filter, and
-#: glibc then falls back to clone.
-_SECCOMP = {
-    "x86_64": (0xC000003E, (319, 447, 29, 68, 323, 321, 298, 248, 249, 250, 425), 435, 56, 272),
-    "aarch64": (0xC00000B7, (279, 447, 194, 186, 282, 280, 241, 217, 218, 219, 425), 435, 220, 97),
-}
-CLONE_NEWUSER = 0x10000000
-PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 _TOP = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
 _PASSWD = "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 _GROUP = "root:x:0:\nnogroup:x:65534:\n"
+_RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -79,7 +86,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def _fail(message: str) -> None:
     sys.stderr.write(f"sandbox setup failed: {message}\n")
     sys.stderr.flush()
-    os._exit(SETUP_FAILED)
+    os._exit(config.SETUP_FAILED)
 
 
 def _mount(
@@ -125,7 +132,7 @@ def _covered(path: str, bound: list[str]) -> bool:
 def _new_root(root: str, inside: str, source: bytes, uid: int, scratch_bytes: int, extra: list[str]) -> None:
     """Build the sandbox's file system under `root` (see the module docstring) and pivot into it."""
     _mount(None, "/", MS_REC | MS_PRIVATE)  # nothing of what follows propagates to the host
-    _mount("tmpfs", root, MS_NOSUID | MS_NODEV, "tmpfs", "size=4m,nr_inodes=4096,mode=0755")
+    _mount("tmpfs", root, MS_NOSUID | MS_NODEV, "tmpfs", ROOT_TMPFS)
     bound = []
     for top in _TOP:
         path = "/" + top
@@ -165,7 +172,7 @@ def _new_root(root: str, inside: str, source: bytes, uid: int, scratch_bytes: in
     os.makedirs(root + inside, mode=0o755)
     scratch = f"size={scratch_bytes},nr_inodes={SCRATCH_INODES},mode=0700,uid={uid},gid={uid}"
     _mount("tmpfs", root + inside, MS_NOSUID | MS_NODEV, "tmpfs", scratch)
-    program = root + inside + "/program.py"
+    program = f"{root}{inside}/{config.PROGRAM_FILE}"
     with open(program, "wb") as f:
         f.write(source)
     os.chown(program, uid, uid)
@@ -173,9 +180,7 @@ def _new_root(root: str, inside: str, source: bytes, uid: int, scratch_bytes: in
         if point not in (root + inside, root + "/proc"):
             _remount_read_only(point)
     os.chdir(root)
-    number = _PIVOT_ROOT.get(platform.machine())
-    if number is None:
-        _fail(f"pivot_root: unknown system call number on {platform.machine()}")
+    number = syscalls.machine(platform.machine()).numbers["pivot_root"]
     if _libc.syscall(ctypes.c_long(number), b".", b".") != 0:
         _fail(f"pivot_root: {os.strerror(ctypes.get_errno())}")
     if _libc.umount2(b".", MNT_DETACH) != 0:  # the old root, stacked on the new one by pivot_root(".", ".")
@@ -184,38 +189,14 @@ def _new_root(root: str, inside: str, source: bytes, uid: int, scratch_bytes: in
 
 
 def _seccomp() -> None:
-    """Install the filter of `_SECCOMP` (after no_new_privs; inherited by every process the program starts)."""
-    machine = platform.machine()
-    if machine not in _SECCOMP:
-        _fail(f"no system call filter for {machine}")
-    arch, refused, clone3, clone, unshare = _SECCOMP[machine]
-    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    program = [
-        (load, 0, 0, 4),
-        (jeq, 1, 0, arch),
-        (ret, 0, 0, eperm),
-        (load, 0, 0, 0),
-    ]  # another ABI: refused
-    if machine == "x86_64":
-        program += [(jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # the x32 ABI
-    for number in refused:
-        program += [(jeq, 0, 1, number), (ret, 0, 0, eperm)]
-    program += [(jeq, 0, 1, clone3), (ret, 0, 0, enosys)]
-    program += [
-        (jeq, 1, 0, clone),
-        (jeq, 0, 3, unshare),
-        (load, 0, 0, 16),
-    ]  # their flags: args[0], low 32 bits
-    program += [(jset, 0, 1, CLONE_NEWUSER), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
-    filters = (ctypes.c_uint64 * len(program))(
-        *(c | jt << 16 | jf << 24 | k << 32 for c, jt, jf, k in program)
-    )
+    """Install syscalls.py's filter (after no_new_privs; inherited by every process the program starts)."""
+    code = syscalls.assemble(platform.machine())
+    filters = (ctypes.c_char * len(code)).from_buffer_copy(code)
 
-    class Program(ctypes.Structure):
+    class Program(ctypes.Structure):  # struct sock_fprog
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    fprog = Program(len(program), ctypes.addressof(filters))
+    fprog = Program(len(code) // syscalls.INSTRUCTION_BYTES, ctypes.addressof(filters))
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         _fail("seccomp: " + os.strerror(ctypes.get_errno()))
 
@@ -246,42 +227,34 @@ def _drop_privileges(real_root: bool, uid: int) -> None:
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         _fail("no_new_privs: " + os.strerror(ctypes.get_errno()))
     # Changing the user clears the parent-death signal: set it again (the sandbox dies with its launcher).
-    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     _seccomp()
 
 
 def main(argv: list[str]) -> None:
     try:
-        (
-            host_dir,
-            cpu_s,
-            memory_bytes,
-            file_bytes,
-            processes,
-            scratch_bytes,
-            root_flag,
-            python,
-            prefixes,
-            packages,
-            fds,
-            layout,
-        ) = argv
-        real_root = root_flag == "1"
-        packages = os.pathsep.join(os.path.realpath(p) for p in packages.split(os.pathsep) if p)  # as bound
-        with open(os.path.join(host_dir, "program.py"), "rb") as f:
+        if len(argv) != 1:
+            raise ValueError(f"expected one argument (the configuration as JSON), got {len(argv)}")
+        settings = config.InitConfig.from_json(argv[0])
+        if os.getpid() != 1:  # never build a root or drop privileges in the caller's own namespaces
+            raise ValueError(
+                "not the first process of a new PID namespace (the harness starts it with unshare)"
+            )
+        real_root = settings.real_root
+        packages = os.pathsep.join(os.path.realpath(p) for p in settings.packages)  # as bound
+        with open(os.path.join(settings.host_dir, config.PROGRAM_FILE), "rb") as f:
             source = f.read()
-        with open(
-            os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_runner.py"), encoding="utf-8"
-        ) as f:
+        with open(_RUNNER, encoding="utf-8") as f:
             runner = f.read()
-        uid = UID_BASE + _launcher_pid() if real_root else 0
+        uid = config.UID_BASE + _launcher_pid() if real_root else 0
         with open("/proc/self/oom_score_adj", "w", encoding="ascii") as f:
             f.write(str(OOM_SCORE_ADJ))  # inherited; lowering it again needs CAP_SYS_RESOURCE
-        inside = "/tmp/" + os.path.basename(host_dir)
-        shown = [p for p in (prefixes + os.pathsep + packages).split(os.pathsep) if p]
-        _new_root(host_dir, inside, source, uid, int(scratch_bytes), shown)
-        _limits(int(cpu_s), int(memory_bytes), int(file_bytes), int(processes))
+        inside = "/tmp/" + os.path.basename(settings.host_dir)
+        shown = [*settings.prefixes, *settings.packages]
+        _new_root(settings.host_dir, inside, source, uid, settings.scratch_bytes, shown)
+        _limits(settings.cpu_s, settings.memory_bytes, settings.file_bytes, settings.processes)
         _drop_privileges(real_root, uid)
+        python = settings.python
         if not os.access(python, os.X_OK):
             _fail(f"the sandbox user cannot run the interpreter {python} (set DISTMATCH_SANDBOX_PYTHON)")
     except SystemExit:
@@ -291,12 +264,16 @@ def main(argv: list[str]) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": inside, "TMPDIR": inside, "LANG": "C.UTF-8"}
     # One BLAS / OpenMP thread: threads count against the process limit (numpy would start one per core).
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    if (
-        packages
-    ):  # the launcher's site-packages (numpy for EvalPlus's tests) when the interpreter is another one
+    # The launcher's site-packages (numpy for EvalPlus's tests) when the interpreter is another one.
+    if packages:
         env["PYTHONPATH"] = packages
-    nonce_fd, verdict_fd = fds.split(",")
-    command = [python, "-s", "-B", "-c", runner, inside + "/program.py", nonce_fd, verdict_fd, layout]
+    run = {
+        "path": f"{inside}/{config.PROGRAM_FILE}",
+        "nonce_fd": settings.nonce_fd,
+        "verdict_fd": settings.verdict_fd,
+        "pieces": settings.pieces,
+    }
+    command = [python, "-s", "-B", "-c", runner, json.dumps(run)]  # runner.py's _run, by keyword
     try:
         os.execve(python, command, env)
     except OSError as err:  # e.g. EAGAIN: the process limit; the harness raises SandboxUnavailable

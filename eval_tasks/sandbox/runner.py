@@ -1,41 +1,40 @@
-"""The interpreter's main code inside the sandbox (passed with ``python -c`` by ``_sandbox_init.py``; not imported).
+"""The sandbox's runner: the interpreter's main code inside the sandbox, which runs the program and gives the
+verdict the contract (:mod:`eval_tasks.sandbox`, "A pass") describes. ``init.py`` passes this file's source:
 
-It runs the program and tells the harness whether the program's code ran to its end:
+    python -s -B -c <this source> '{"path": ..., "nonce_fd": ..., "verdict_fd": ..., "pieces": [[length, line], ...]}'
 
-    python -s -B -c <this source> PROGRAM NONCE_FD VERDICT_FD LAYOUT
+(the arguments of :func:`_run`, as JSON; a malformed one ends it before it writes :data:`STARTED`, so the harness
+raises ``SandboxUnavailable``). In order:
 
-1. it writes ``started`` to the verdict pipe (``VERDICT_FD``): from here on, what happens is the program's doing;
-2. it compiles PROGRAM (decoded as UTF-8 here, so a coding cookie cannot re-read the harness's checks) piece by
-   piece: ``LAYOUT`` gives each piece's length in characters and its first line's number less one (the file holds
-   the pieces joined by newlines); each is parsed on its own, so one that parses only together with the next fails
-   the program (a completion cannot reach across its end into the checks: a dangling decorator, bracket, string,
-   backslash or ``if`` header), and their statements make one code object, run once (no state of this runner
-   between the pieces that the program could change to skip one);
-3. it runs that in a fresh module named ``__program__`` (also ``sys.modules["__main__"]``; not named ``__main__``,
-   as in the reference harnesses, so a completion's ``if __name__ == "__main__":`` block does not run), with
-   tracing and profiling hooks refused (``sys.settrace`` / ``setprofile`` / ``sys.monitoring`` could jump over a
-   failing ``assert``; an audit hook; ``sys.settrace(None)`` / ``sys.setprofile(None)``, which doctest calls, still
-   clear them);
-4. only when that ``exec`` returns normally in this process (not in a forked child): it reads the harness's nonce
-   from ``NONCE_FD`` (the nonce is in no file, argument or environment variable, and nothing of it is in this
-   process before this point) and writes it to the verdict pipe;
-5. it ends the process at once with ``os._exit``: no ``atexit`` handler, thread join or finalizer of the program
-   runs after the verdict. A program that raised ends with status 1 (``SystemExit``: its code) and the traceback
-   on stderr, printed here (the program's ``sys.excepthook`` is not used).
+1. it writes :data:`STARTED` to the verdict pipe: from here on, what happens is the program's doing;
+2. it decodes the program as UTF-8 and parses each piece alone (``pieces``: each one's length in characters and its
+   first line's number less one in the file, which holds the pieces joined by newlines), and makes their statements
+   one code object: no state of this runner lies between the pieces for the program to change;
+3. it runs that once in a fresh module named :data:`MODULE`, with an audit hook and ``sys.settrace`` /
+   ``sys.setprofile`` wrappers that refuse every hook but ``None``;
+4. only when that returns normally, in this process: it reads the nonce from ``nonce_fd`` and writes it to the
+   verdict pipe;
+5. it ends the process with ``os._exit`` (a program that raised: status 1 and the traceback without this runner's
+   frames on stderr, printed here; ``SystemExit``: its code).
 
 Every function it needs is bound before the program runs, so a program that replaces ``os._exit``, ``exec`` or
-``sys.stderr`` does not change what this code does. Standard library only.
+``sys.stderr`` does not change what this code does. Standard library only (the project is not in the sandbox); the
+harness imports it for :data:`STARTED`.
 """
 
+import json
 import os
 import sys
 
 #: The program's module name: not ``__main__``, as in the reference harnesses (openai/human-eval and EvalPlus exec
 #: the program in a fresh namespace), so a completion's ``if __name__ == "__main__":`` block does not run.
 MODULE = "__program__"
+#: The first bytes on the verdict pipe: the harness's time limit counts from them, and without them the sandbox
+#: never started the program.
+STARTED = b"started\n"
 
 
-def _run(path: str, nonce_fd: int, verdict_fd: int, layout: str) -> None:
+def _run(path: str, nonce_fd: int, verdict_fd: int, pieces: list[list[int]]) -> None:
     read, write, exit_now, getpid = os.read, os.write, os._exit, os.getpid
     run = exec
     import ast
@@ -71,13 +70,11 @@ def _run(path: str, nonce_fd: int, verdict_fd: int, layout: str) -> None:
 
         return clear
 
-    spans = [tuple(map(int, item.split(":"))) for item in layout.split(",")]
-
     def build(text: str, filename: str, mode: str) -> types.CodeType:
         """The program's code: each piece parsed alone (padded to its lines in the file), their statements in one
         module."""
         body, start = [], 0
-        for size, line in spans:
+        for size, line in pieces:
             body += ast.parse("\n" * line + text[start : start + size], filename, mode).body
             start += size + 1
         return compile(ast.Module(body, []), filename, mode)
@@ -113,7 +110,7 @@ def _run(path: str, nonce_fd: int, verdict_fd: int, layout: str) -> None:
     sys.addaudithook(refuse_tracing)
     sys.settrace = without_hook(sys.settrace, "settrace")
     sys.setprofile = without_hook(sys.setprofile, "setprofile")
-    write(verdict_fd, b"started\n")
+    write(verdict_fd, STARTED)
     status = 1
     try:
         run(build(source.decode("utf-8"), path, "exec"), main.__dict__)
@@ -144,4 +141,4 @@ def _run(path: str, nonce_fd: int, verdict_fd: int, layout: str) -> None:
 
 
 if __name__ == "__main__":
-    _run(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    _run(**json.loads(sys.argv[1]))

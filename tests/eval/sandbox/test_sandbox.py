@@ -1,9 +1,9 @@
-"""eval_tasks.code_execution: each attack fails its sample and leaves the host as it was; the opt-in; refusals.
+"""eval_tasks.sandbox: each attack fails its sample and leaves the host as it was; the opt-in; refusals.
 
 Every attack runs for real in the sandbox (loopback addresses only, bounded time): an infinite loop, a fork loop,
 a memory hog, a connection to a listener the test opens on 127.0.0.1, reading the parent's environment (directly
 and through /proc); what a program sees and writes outside its scratch folder, in three layouts of the checkout, the
-venvs and TMPDIR: test_code_execution_layouts.py. After each: no file outside scratch, no scratch folder
+venvs and TMPDIR: test_layouts.py; the system call filter: test_syscalls.py. After each: no file outside scratch, no scratch folder
 left, no process of the sandbox alive. A pass is the harness's verdict: every way of ending the interpreter before
 the checks end, or of printing or writing a marker, fails a wrong HumanEval completion.
 """
@@ -26,8 +26,11 @@ from pathlib import Path
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks import code_execution as ce
 from eval_tasks import code_tasks as ct
+from eval_tasks import sandbox
+from eval_tasks.sandbox import harness
+from eval_tasks.sandbox.config import UID_BASE
+from tests.eval.sandbox.conftest import run, scratch_folders
 from tests.helpers.env import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(
@@ -35,45 +38,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 SECRET = "DISTMATCH_TEST_SECRET_" + uuid.uuid4().hex[:8]
-FIXTURES = Path(__file__).parent / "fixtures" / "code"
-
-
-def _scratch_folders() -> set[str]:
-    """This process's scratch folders: other sandboxes may run beside the test (the other xdist worker, lm-eval's
-    code tasks, a parallel mutants job), and their folders come and go on their own."""
-    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith(ce.scratch_prefix())}
-
-
-def _sandbox_processes() -> list[str]:
-    """Host processes running a sandboxed program of this process (their command line names its scratch folder)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if ce.scratch_prefix().encode() in cmdline and b"program.py" in cmdline:
-                found.append(f"{entry}: {cmdline!r}")
-    return found
-
-
-@pytest.fixture
-def clean_host():
-    """Asserts, after the test, that no scratch folder and no sandboxed process is left."""
-    before = _scratch_folders()
-    yield
-    assert _scratch_folders() - before == set()
-    assert _sandbox_processes() == []
-
-
-def run(program: str | tuple[str, ...], timeout_s: float = 3.0, **kwargs) -> ce.ExecutionResult:  # noqa: ANN003
-    return ce.execute(program, timeout_s, allow=True, **kwargs)
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "code"
 
 
 def test_a_correct_program_passes_and_a_failing_one_does_not(clean_host) -> None:
     ok = run("def f(x):\n    return x + 1\nassert f(1) == 2\n")
-    assert ok == ce.ExecutionResult(True, "passed", 0)
+    assert ok == sandbox.ExecutionResult(True, "passed", 0)
     bad = run("assert 1 + 1 == 3\n")
     assert not bad.passed and bad.returncode == 1 and "AssertionError" in bad.reason
     syntax = run("def f(:\n")
@@ -111,18 +81,20 @@ def test_fork_loop_is_contained_and_every_child_is_gone(clean_host) -> None:
         "print(forked)\n"
         "raise SystemExit(0 if forked >= 10000 else 3)\n"
     )
-    result = run(program, timeout_s=3.0, limits=ce.SandboxLimits(processes=16))
+    result = run(program, timeout_s=3.0, limits=sandbox.SandboxLimits(processes=16))
     # The process limit stops the loop long before 10,000 children; the sleeping children die with the program.
     assert not result.passed and result.returncode == 3, result
 
 
 def test_memory_hog_fails(clean_host) -> None:
-    result = run("x = bytearray(3 * 2**30)\nx[-1] = 1\n", limits=ce.SandboxLimits(memory_mb=256))
+    result = run("x = bytearray(3 * 2**30)\nx[-1] = 1\n", limits=sandbox.SandboxLimits(memory_mb=256))
     assert not result.passed and "MemoryError" in result.reason
 
 
 def test_a_huge_file_is_stopped_by_the_file_size_limit(clean_host) -> None:
-    result = run("open('big', 'wb').write(b'0' * (8 * 2**20))\n", limits=ce.SandboxLimits(file_size_mb=1))
+    result = run(
+        "open('big', 'wb').write(b'0' * (8 * 2**20))\n", limits=sandbox.SandboxLimits(file_size_mb=1)
+    )
     # Python ignores SIGXFSZ, so the write fails with EFBIG.
     assert not result.passed and "File too large" in result.reason
 
@@ -173,35 +145,35 @@ def test_the_launchers_packages_are_importable() -> None:
 
 def test_nothing_runs_without_the_opt_in(clean_host, monkeypatch, tmp_path) -> None:
     marker = tmp_path / "ran"
-    monkeypatch.delenv(ce.ALLOW_ENV, raising=False)
+    monkeypatch.delenv(sandbox.ALLOW_ENV, raising=False)
     for call in (
-        lambda: ce.execute(f"open({str(marker)!r}, 'w')", 2.0),
-        lambda: ce.execute_many([f"open({str(marker)!r}, 'w')"], 2.0),
-        lambda: ce.execute("pass", 2.0, allow=False),
+        lambda: sandbox.execute(f"open({str(marker)!r}, 'w')", 2.0),
+        lambda: sandbox.execute_many([f"open({str(marker)!r}, 'w')"], 2.0),
+        lambda: sandbox.execute("pass", 2.0, allow=False),
     ):
         with pytest.raises(DistMatchConfigError, match="Refusing to run model-generated code") as err:
             call()
         assert "\n" not in str(err.value)
     assert not marker.exists()
-    monkeypatch.setenv(ce.ALLOW_ENV, "1")
-    assert ce.execute("pass", 2.0).passed
+    monkeypatch.setenv(sandbox.ALLOW_ENV, "1")
+    assert sandbox.execute("pass", 2.0).passed
 
 
 def test_without_unshare_it_refuses_instead_of_running_unsandboxed(monkeypatch, tmp_path) -> None:
     marker = tmp_path / "ran"
-    monkeypatch.setattr(ce.shutil, "which", lambda name: None)
-    with pytest.raises(ce.SandboxUnavailable, match="needs util-linux's `unshare`"):
+    monkeypatch.setattr(harness.shutil, "which", lambda name: None)
+    with pytest.raises(sandbox.SandboxUnavailable, match="needs util-linux's `unshare`"):
         run(f"open({str(marker)!r}, 'w')")
-    assert not marker.exists() and _scratch_folders() == _scratch_folders()
+    assert not marker.exists() and scratch_folders() == scratch_folders()
 
 
 def test_bad_timeout_is_refused() -> None:
     with pytest.raises(DistMatchConfigError, match="timeout_s must be a number of seconds from 0.1 to 600"):
-        ce.execute("pass", 0, allow=True)
+        sandbox.execute("pass", 0, allow=True)
 
 
 def test_execute_many_keeps_the_order(clean_host) -> None:
-    results = ce.execute_many(["pass", "raise SystemExit(4)", "pass"], 3.0, workers=2, allow=True)
+    results = sandbox.execute_many(["pass", "raise SystemExit(4)", "pass"], 3.0, workers=2, allow=True)
     assert [r.passed for r in results] == [True, False, True] and results[1].returncode == 4
 
 
@@ -217,7 +189,7 @@ def test_the_host_mounts_stay_writable_after_a_run(clean_host, tmp_path) -> None
 
 
 def test_the_limits_and_the_user_inside(clean_host) -> None:
-    limits = ce.SandboxLimits(memory_mb=300, file_size_mb=2, processes=7)
+    limits = sandbox.SandboxLimits(memory_mb=300, file_size_mb=2, processes=7)
     program = (
         "import os, resource as r\n"
         "assert r.getrlimit(r.RLIMIT_CPU) == (4, 4)\n"  # ceil(2.5 s) + 1: a backstop behind the wall-clock kill
@@ -227,7 +199,7 @@ def test_the_limits_and_the_user_inside(clean_host) -> None:
         "assert r.getrlimit(r.RLIMIT_NOFILE) == (256, 256) and r.getrlimit(r.RLIMIT_CORE) == (0, 0)\n"
         "assert os.getpid() == 1\n"  # PID 1 of its own PID namespace
         # Started by root: a user of its own (its process budget is its own), never root; else root of a user ns.
-        f"assert os.geteuid() {'>= ' + str(ce.UID_BASE) if os.geteuid() == 0 else '== 0'}\n"
+        f"assert os.geteuid() {'>= ' + str(UID_BASE) if os.geteuid() == 0 else '== 0'}\n"
         "assert os.getuid() == os.geteuid() == os.getgid()\n"
         "status = open('/proc/self/status').read()\n"
         "assert 'CapEff:\\t0000000000000000' in status and 'NoNewPrivs:\\t1' in status, status\n"
@@ -235,7 +207,7 @@ def test_the_limits_and_the_user_inside(clean_host) -> None:
         "assert open('/proc/self/oom_score_adj').read().strip() == '1000'\n"  # the host's OOM killer's first pick
         "assert '/distmatch-sandbox-' in os.getcwd() and os.environ['HOME'] == os.getcwd()\n"
     )
-    result = ce.execute(program, 2.5, limits=limits, allow=True)
+    result = sandbox.execute(program, 2.5, limits=limits, allow=True)
     assert result.passed, result.reason
 
 
@@ -348,7 +320,7 @@ def test_a_tracer_set_through_the_c_api_is_refused_too(clean_host) -> None:
 )
 def test_a_correct_program_passes_whatever_it_does_besides(clean_host, tail) -> None:
     result = run(humaneval_program(HUMANEVAL["canonical_solution"] + "\n" + tail), timeout_s=5.0)
-    assert result == ce.ExecutionResult(True, "passed", 0)
+    assert result == sandbox.ExecutionResult(True, "passed", 0)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -374,13 +346,13 @@ def test_the_output_kept_is_a_bounded_tail(clean_host) -> None:
 def test_a_sandbox_that_cannot_start_the_program_raises(clean_host, monkeypatch, how) -> None:
     limits = None
     if how == "interpreter_that_fails":
-        monkeypatch.setenv(ce.PYTHON_ENV, "/bin/false")
+        monkeypatch.setenv(sandbox.PYTHON_ENV, "/bin/false")
     else:
-        limits = ce.SandboxLimits(memory_mb=4)
-    with pytest.raises(ce.SandboxUnavailable, match="could not start the program"):
+        limits = sandbox.SandboxLimits(memory_mb=4)
+    with pytest.raises(sandbox.SandboxUnavailable, match="could not start the program"):
         run("pass", limits=limits)
-    with pytest.raises(ce.SandboxUnavailable, match="could not start the program"):
-        ce.execute_many(["pass"] * 3, 3.0, workers=2, limits=limits, allow=True)
+    with pytest.raises(sandbox.SandboxUnavailable, match="could not start the program"):
+        sandbox.execute_many(["pass"] * 3, 3.0, workers=2, limits=limits, allow=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -419,13 +391,13 @@ def _readable_by_others(path: Path) -> bool:
 )
 def test_started_as_another_user_the_sandbox_uses_a_user_namespace() -> None:
     """The path the other tests (run as root) do not take: `unshare --map-root-user`, the same verdict and root."""
-    if not _readable_by_others(REPO_ROOT / "eval_tasks" / "code_execution.py"):
+    if not all(_readable_by_others(path) for path in (REPO_ROOT / "eval_tasks" / "sandbox").glob("*.py")):
         pytest.skip("the checkout is not readable by nobody")
-    harness = (
-        "from eval_tasks import code_execution as ce\n"
-        'ok = ce.execute(\'import os\\nassert os.getuid() == 0 and sorted(os.listdir("/tmp")) == '
+    script = (
+        "from eval_tasks import sandbox\n"
+        'ok = sandbox.execute(\'import os\\nassert os.getuid() == 0 and sorted(os.listdir("/tmp")) == '
         "[os.path.basename(os.getcwd())]\\n', 5, allow=True)\n"
-        "early = ce.execute('import sys\\nsys.exit(0)\\nassert False\\n', 5, allow=True)\n"
+        "early = sandbox.execute('import sys\\nsys.exit(0)\\nassert False\\n', 5, allow=True)\n"
         "print(ok.passed, early.passed, ok.reason)\n"
     )
     command = [
@@ -435,7 +407,7 @@ def test_started_as_another_user_the_sandbox_uses_a_user_namespace() -> None:
         "--clear-groups",
         "/usr/bin/python3",
         "-c",
-        harness,
+        script,
     ]
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd="/", timeout=60, check=False)
@@ -449,11 +421,14 @@ def test_started_as_another_user_the_sandbox_uses_a_user_namespace() -> None:
 
 
 def test_the_scratch_space_as_a_whole_is_capped(clean_host) -> None:
-    limits = ce.SandboxLimits(file_size_mb=4, scratch_mb=8)
+    limits = sandbox.SandboxLimits(file_size_mb=4, scratch_mb=8)
     many = run("for i in range(4):\n    open(f'f{i}', 'wb').write(b'0' * (3 * 2**20))\n", limits=limits)
     assert not many.passed and "No space left on device" in many.reason, many
-    shm = run("open('/dev/shm/x', 'wb').write(b'0' * (3 * 2**20))\nopen('y', 'wb').write(b'0' * (3 * 2**20))\n"
-              "open('/dev/shm/z', 'wb').write(b'0' * (3 * 2**20))\n", limits=limits)  # fmt: skip
+    shm = run(
+        "open('/dev/shm/x', 'wb').write(b'0' * (3 * 2**20))\nopen('y', 'wb').write(b'0' * (3 * 2**20))\n"
+        "open('/dev/shm/z', 'wb').write(b'0' * (3 * 2**20))\n",
+        limits=limits,
+    )
     assert not shm.passed and "No space left on device" in shm.reason, shm
     files = run("for i in range(5000):\n    open(f'f{i}', 'w').close()\n", limits=limits)
     assert not files.passed and "No space left on device" in files.reason, files
@@ -470,49 +445,11 @@ HOLD_PROCESSES = (
 
 
 def test_parallel_sandboxes_each_have_their_own_process_budget(clean_host) -> None:
-    limits = ce.SandboxLimits(
+    limits = sandbox.SandboxLimits(
         processes=3
     )  # the program and its two children, in each of 12 sandboxes at once
-    results = ce.execute_many([HOLD_PROCESSES] * 12, 10.0, workers=12, limits=limits, allow=True)
+    results = sandbox.execute_many([HOLD_PROCESSES] * 12, 10.0, workers=12, limits=limits, allow=True)
     assert [r.reason for r in results] == ["passed"] * 12
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Found by attacking it beyond the issue: memory no limit bounds, and new user namespaces, are refused (seccomp).
-
-
-@pytest.mark.parametrize(
-    "call",
-    [
-        "os.memfd_create('x')",  # its size is bounded by no rlimit and no tmpfs: the host's memory
-        "ctypes.CDLL(None, use_errno=True).shmget(0, 2**20, 0o1600)",  # SysV memory outlives its process
-        "ctypes.CDLL(None, use_errno=True).unshare(0x10000000)",  # CLONE_NEWUSER: capabilities in a new user ns
-        "ctypes.CDLL(None, use_errno=True).syscall(425, 8, 0)",  # io_uring_setup
-    ],
-)
-def test_system_calls_outside_the_limits_are_refused(clean_host, call) -> None:
-    program = (
-        "import ctypes, os\n"
-        f"try:\n    rc = {call}\nexcept PermissionError:\n    pass\n"
-        "else:\n    assert rc == -1 and ctypes.get_errno() == 1, (rc, ctypes.get_errno())\n"
-    )
-    result = run(program)
-    assert result.passed, result.reason
-
-
-def test_threads_processes_and_numpy_still_work(clean_host) -> None:
-    """glibc starts threads with clone3, refused with ENOSYS so that it falls back to clone."""
-    pytest.importorskip("numpy")
-    program = (
-        "import multiprocessing, os, subprocess, sys, threading\n"
-        "t = threading.Thread(target=print)\nt.start()\nt.join()\n"
-        "assert subprocess.run(['/bin/true']).returncode == 0\n"
-        "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nassert os.waitpid(pid, 0)[1] >> 8 == 7\n"
-        "with multiprocessing.Pool(2) as pool:\n    assert pool.map(abs, [-1, -2]) == [1, 2]\n"
-        "import numpy\nassert numpy.arange(4).sum() == 6\n"
-    )
-    result = run(program, timeout_s=10.0)
-    assert result.passed, result.reason
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -520,12 +457,13 @@ def test_threads_processes_and_numpy_still_work(clean_host) -> None:
 
 
 @pytest.mark.parametrize(
-    "timeout", [math.inf, 1e10, 10**10, ce.MAX_TIMEOUT_S + 1, math.nan, True, -1, 0, 1e-9, 0.09, "3", None]
+    "timeout",
+    [math.inf, 1e10, 10**10, sandbox.MAX_TIMEOUT_S + 1, math.nan, True, -1, 0, 1e-9, 0.09, "3", None],
 )
 def test_a_timeout_out_of_range_is_refused_before_anything_runs(clean_host, timeout) -> None:
     for call in (
-        lambda: ce.execute("pass", timeout, allow=True),
-        lambda: ce.execute_many(["pass"], timeout, allow=True),
+        lambda: sandbox.execute("pass", timeout, allow=True),
+        lambda: sandbox.execute_many(["pass"], timeout, allow=True),
     ):
         with pytest.raises(
             DistMatchConfigError, match=r"timeout_s must be a number of seconds from 0\.1 to 600, got"
@@ -535,27 +473,27 @@ def test_a_timeout_out_of_range_is_refused_before_anything_runs(clean_host, time
 
 
 def test_the_longest_timeout_is_accepted(clean_host) -> None:
-    assert run("pass", timeout_s=ce.MAX_TIMEOUT_S).passed
+    assert run("pass", timeout_s=sandbox.MAX_TIMEOUT_S).passed
     # The shortest runs the program too (whether it passes in 0.1 s depends on the machine's load).
-    assert isinstance(run("pass", timeout_s=ce.MIN_TIMEOUT_S), ce.ExecutionResult)
+    assert isinstance(run("pass", timeout_s=sandbox.MIN_TIMEOUT_S), sandbox.ExecutionResult)
 
 
 @pytest.mark.parametrize("field", ["memory_mb", "file_size_mb", "processes", "scratch_mb"])
 def test_bad_limits_are_refused(field) -> None:
-    maximum = ce.LIMIT_MAXIMA[field]
+    maximum = sandbox.LIMIT_MAXIMA[field]
     for value in (0, -1, 1.5, True, "8", maximum + 1, 10**7):
         with pytest.raises(
             DistMatchConfigError, match=f"SandboxLimits: {field} must be an integer from 1 to {maximum}, got"
         ) as err:
-            ce.SandboxLimits(**{field: value})
+            sandbox.SandboxLimits(**{field: value})
         assert "\n" not in str(err.value)
     with pytest.raises(DistMatchConfigError, match="execute_many: workers must be a positive integer, got 0"):
-        ce.execute_many(["pass"], 3.0, workers=0, allow=True)
+        sandbox.execute_many(["pass"], 3.0, workers=0, allow=True)
 
 
 def test_the_largest_limits_are_accepted_and_set(clean_host) -> None:
     """Each field's maximum is a limit the kernel takes: the program meets exactly those limits and the scratch size."""
-    top = ce.LIMIT_MAXIMA
+    top = sandbox.LIMIT_MAXIMA
     program = (
         "import os, resource as r\n"
         f"assert r.getrlimit(r.RLIMIT_AS) == ({top['memory_mb']} * 2**20,) * 2\n"
@@ -564,5 +502,5 @@ def test_the_largest_limits_are_accepted_and_set(clean_host) -> None:
         "v = os.statvfs('.')\n"
         f"assert v.f_blocks * v.f_frsize == {top['scratch_mb']} * 2**20, v\n"
     )
-    result = ce.execute_many([program], 5.0, limits=ce.SandboxLimits(**top), allow=True)[0]
+    result = sandbox.execute_many([program], 5.0, limits=sandbox.SandboxLimits(**top), allow=True)[0]
     assert result.passed, result.reason
