@@ -460,7 +460,7 @@ def _peak_rss_mb(argv: list[str], cwd: Path, limit_mb: int) -> tuple[int, int, s
 
 @pytest.mark.launches
 def test_a_huge_one_line_prompt_costs_what_its_kept_tokens_cost(model: Path, tmp_path: Path) -> None:
-    """Issue 51: a 20 MB one-line prompt grew `generate` to 22.5 GB until the kernel killed it (tokenizing it alone
+    """A 20 MB one-line prompt grew `generate` to 22.5 GB until the kernel killed it (tokenizing it alone
     takes about 230 bytes a character: 4.6 GB). Only a tail long enough for the kept tokens is tokenized now, so a
     4 MB prompt costs about what a short one does: the command is stopped if it needs 400 MB more."""
     huge = _write_jsonl(

@@ -232,7 +232,7 @@ def test_missing_models_and_the_code_confirmation_refused_at_preflight(
 def test_an_unreachable_sbert_hub_id_is_refused_before_generation_when_online(
     wheel_python: Path, workdir: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
-    """Issue 51: without HF_HUB_OFFLINE, an `sbert_model` that is neither a folder nor given by the Hub (here: the Hub
+    """Without HF_HUB_OFFLINE, an `sbert_model` that is neither a folder nor given by the Hub (here: the Hub
     is a closed loopback port) passed the pre-flight; every sample was generated, then the metric's load failed
     with a traceback and the results were lost. Now it is resolved before the model loads, with one request to the
     Hub (not the Hub client's retries), and refused in one line naming the option, where it came from, the tasks
