@@ -4,6 +4,8 @@
 The judging itself (AlpacaEval 1: ``alpaca_eval --model_outputs ... --annotators_config alpaca_eval_gpt4`` against
 the ``text_davinci_003`` reference outputs) runs outside, with the user's judge and API key.
 
+The ``distmatch-eval alpacaeval`` commands (:mod:`eval_tasks.cli.alpacaeval`) map onto these functions:
+
 * ``alpacaeval prompts``: the evaluation set (AlpacaEval's JSON list of ``instruction`` / ``output`` /
   ``generator`` / ``dataset`` records) -> prompt records in the Stanford-Alpaca format the EMO models were trained
   with (``text``), keeping the instruction (``instruction``) and its subset (``dataset``);
@@ -14,22 +16,16 @@ the ``text_davinci_003`` reference outputs) runs outside, with the user's judge 
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from eval_tasks import samples
 from eval_tasks.samples import InputError
 
 __all__ = [
     "ALPACA_PROMPT",
     "BENCHMARK",
     "WIN_RATE_KIND",
-    "add_commands",
     "export_outputs",
     "prompt_records",
     "win_rate",
@@ -44,19 +40,6 @@ ALPACA_PROMPT = (
     "Below is an instruction that describes a task. Write a response that appropriately completes the request."
     "\n\n### Instruction:\n{instruction}\n\n### Response:"
 )
-
-
-def _read_list(path: str | Path, what: str) -> list[Any]:
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(f"{what} {file}: no such file.")
-    try:
-        data = json.loads(samples.read_text(file))
-    except json.JSONDecodeError:
-        data = samples.read_jsonl(file)
-    if not isinstance(data, list):
-        raise InputError(f"{what} {file}: expected a JSON list of records.")
-    return data
 
 
 def prompt_records(eval_set: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -144,45 +127,3 @@ def win_rate(annotations: Sequence[Mapping[str, Any]], generator: str | None = N
         "n_total": len(prefs),
         "n_unjudged": unjudged,
     }
-
-
-def cmd_alpacaeval(args: argparse.Namespace) -> int:
-    if args.step == "prompts":
-        records = prompt_records(_read_list(args.eval_set, "--eval-set"))
-        samples.write_jsonl(args.output, records)
-    elif args.step == "export":
-        rows, prompts = samples.read_jsonl(args.samples), samples.read_jsonl(args.prompts)
-        Path(args.output).write_text(
-            json.dumps(export_outputs(rows, args.generator, prompts), indent=2) + "\n"
-        )
-    else:
-        samples.write_json(args.output, win_rate(_read_list(args.annotations, "annotations"), args.generator))
-    print(f"distmatch-eval alpacaeval {args.step}: -> {args.output}", file=sys.stderr)
-    return 0
-
-
-def add_commands(sub: Any) -> None:
-    """Register ``alpacaeval`` (``prompts``, ``export``, ``winrate``) on distmatch-eval's subparsers."""
-    sub.metavar = (sub.metavar or "").rstrip("}") + ",alpacaeval}"
-    top = sub.add_parser(
-        "alpacaeval", help="AlpacaEval: Alpaca-format prompts, outputs export, annotations -> win rate"
-    )
-    steps = top.add_subparsers(dest="step", required=True, metavar="{prompts,export,winrate}")
-    p = steps.add_parser(
-        "prompts", help="AlpacaEval evaluation set -> generate prompts (Stanford-Alpaca format)"
-    )
-    p.add_argument(
-        "--eval-set", required=True, help="AlpacaEval's evaluation set (JSON list with 'instruction')"
-    )
-    p.add_argument("-o", "--output", required=True)
-    e = steps.add_parser("export", help="generate JSONL -> AlpacaEval model_outputs.json")
-    e.add_argument("samples", help="distmatch-eval generate output of the alpacaeval prompts")
-    e.add_argument("--generator", required=True, help="the model's name in the outputs")
-    e.add_argument("--prompts", required=True, help="the alpacaeval prompts JSONL (instructions and subsets)")
-    e.add_argument("-o", "--output", required=True)
-    w = steps.add_parser("winrate", help="alpaca_eval annotations.json -> win rate JSON")
-    w.add_argument("annotations", help="annotations.json written by alpaca_eval")
-    w.add_argument("--generator", help="generator_2 to score (default: the only one)")
-    w.add_argument("-o", "--output", required=True)
-    for parser in (p, e, w):
-        parser.set_defaults(func=cmd_alpacaeval)

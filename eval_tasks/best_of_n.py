@@ -29,7 +29,8 @@ from eval_tasks.math_answers import (
     math_answer_correct,
     math_gold_answer,
 )
-from eval_tasks.metrics.voting import majority_vote
+from eval_tasks.metrics.voting import majority_vote, voting_accuracies
+from eval_tasks.samples import InputError, check_unique_ids, read_jsonl
 
 __all__ = [
     "ALPACAEVAL",
@@ -45,8 +46,11 @@ __all__ = [
     "ks_for",
     "math_documents",
     "math_question_scores",
+    "read_sampled",
     "reward_question_scores",
     "rows_by_prompt",
+    "sample_count",
+    "voting_curve",
 ]
 
 #: GEM's instruction for GSM8K and MATH (GEM repository, evaluation_gsm8k_voting.py: TEMPLATE), one user turn.
@@ -291,3 +295,102 @@ def check_reward_architecture(setting: str, architectures: Any) -> None:
 def rows_by_prompt(records: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """Index saved records by their prompt (the reference file is matched to the samples by instruction)."""
     return {str(r.get("instruction", r.get("prompt"))): r for r in records}
+
+
+# First-k curves over a run's saved samples (distmatch-eval voting / reward): lm-eval reports one number per
+# metric and k, these give every k from 1 to the sample count.
+
+
+def read_sampled(path: str) -> list[dict[str, Any]]:
+    """Records ``{"prompt", "samples", "gold", "reference"}`` of an lm-eval samples file or a generate JSONL."""
+    out = []
+    records = read_jsonl(path)
+    check_unique_ids(
+        records, path, "doc_id" if any("doc_id" in r for r in records if isinstance(r, dict)) else "id"
+    )
+    for i, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise InputError(f"{path}: record {i} is a {type(record).__name__}, expected an object.")
+        doc = record.get("doc") if isinstance(record.get("doc"), Mapping) else record
+        if "filtered_resps" in record:
+            filtered = record["filtered_resps"]  # lm-eval: [[the n responses]]
+            responses = filtered[0] if isinstance(filtered, list) and filtered else None
+        elif "samples" in record:
+            responses = record["samples"]
+        else:
+            raise InputError(
+                f"{path}: record {i} has neither filtered_resps (lm-eval) nor samples (generate)."
+            )
+        if not isinstance(responses, list) or not responses:
+            raise InputError(f"{path}: record {i} holds no list of sampled responses.")
+        out.append(
+            {
+                "prompt": doc.get("prompt", doc.get("instruction", doc.get("question"))),
+                "samples": [str(s) for s in responses],
+                "gold": doc.get("gold"),
+                "answer": doc.get("answer"),
+                "solution": doc.get("solution", doc.get("output")),
+                "reference": doc.get("reference"),
+            }
+        )
+    if not out:
+        raise InputError(f"{path}: no records.")
+    return out
+
+
+def _gold(record: Mapping[str, Any], task: str, where: str) -> str:
+    if record["gold"] is not None:
+        return str(record["gold"])
+    if task == "gsm8k" and record["answer"] is not None:
+        return str(gsm8k_gold_answer(str(record["answer"])))
+    if task == "math" and record["solution"] is not None:
+        gold = math_gold_answer(str(record["solution"]))
+        if gold is None:  # else the string "None" would be the gold answer
+            raise InputError(
+                f"{where}: no gold answer: its solution has no readable \\boxed{{...}} or \\fbox{{...}}; give the "
+                "record a gold field."
+            )
+        return gold
+    need = "answer (with '#### n')" if task == "gsm8k" else "solution (with \\boxed{})"
+    raise InputError(f"{where}: no gold answer: give each record a gold or {need} field.")
+
+
+def _gsm8k_gold(gold: str, where: str) -> int | None:
+    """A GSM8K gold answer as an integer ("1,200" and "18.0" read as the extractor reads answers)."""
+    if gold == "None":  # the dataset row's answer has no number
+        return None
+    try:
+        return int(gold)
+    except ValueError:
+        value = extract_gsm8k_answer(f"The answer is {gold}")
+    if value is None:
+        raise InputError(f"{where}: gold {gold!r} is not a number (GSM8K answers are integers).")
+    return value
+
+
+def sample_count(records: Sequence[Mapping[str, Any]], path: str) -> int:
+    counts = {len(r["samples"]) for r in records}
+    if len(counts) != 1:
+        raise InputError(
+            f"{path}: the records hold different sample counts ({sorted(counts)}); first-k needs one."
+        )
+    return counts.pop()
+
+
+def voting_curve(
+    records: Sequence[Mapping[str, Any]], task: str, checker: str = "hendrycks", where: str = "samples"
+) -> dict[str, float]:
+    """MV@k and BON@k for k = 1..n over the records (x100)."""
+    n = sample_count(records, where)
+    golds = [_gold(r, task, f"{where}: record {i}") for i, r in enumerate(records)]
+    if task == "gsm8k":
+        answers = [[extract_gsm8k_answer(s) for s in r["samples"]] for r in records]
+        gold_values: list[Any] = [_gsm8k_gold(g, f"{where}: record {i}") for i, g in enumerate(golds)]
+        return voting_accuracies(answers, gold_values, ks=range(1, n + 1))
+    answers = [[canonical_math_answer(extract_math_answer(s)) for s in r["samples"]] for r in records]
+    return voting_accuracies(
+        answers,
+        golds,
+        ks=range(1, n + 1),
+        equal=lambda a, g: a is not None and math_answer_correct(a, g, checker),
+    )

@@ -18,24 +18,35 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distmatch.optional import require
 from eval_tasks.samples import InputError, read_jsonl, read_text
 
 __all__ = [
     "CORPORA",
+    "EMO_FEATURIZER",
+    "EMO_MAX_TEXT_LENGTH",
+    "ROUNDS",
+    "SCORE_KIND",
     "SCAN_BATCH",
     "Corpus",
     "Example",
     "build_examples",
+    "decoding_flags",
     "keep_row",
     "model_text",
+    "oracle_perplexity",
     "prompt_records",
     "read_corpus",
+    "rouge_f",
+    "round_texts",
     "rows_scanned",
+    "score_files",
     "split_row",
 ]
 
@@ -226,3 +237,171 @@ def read_corpus(key: str, path: str | os.PathLike[str] | None = None, *, split: 
     if file.suffix in (".jsonl", ".json"):
         return _read_json_rows(file, spec.column)
     return _read_lines(file)
+
+
+# Scoring generated texts as the script does (distmatch-eval open-ended score and the lm-eval tasks): MAUVE of each
+# sampling round against the human texts, ROUGE-1 / ROUGE-L, and the oracle model's perplexity.
+
+#: the script's ``for iteration in range(5)`` sampling rounds per trained model
+ROUNDS = 5
+#: MAUVE's featurizer in the script (``featurize_model_name='./gpt2-large'``, ``max_text_length=256``)
+EMO_FEATURIZER = "lm:gpt2-large"
+EMO_MAX_TEXT_LENGTH = 256
+#: ``test_utils.compute_ppl``'s batch size
+ORACLE_BATCH = 64
+#: the ``kind`` of ``open-ended score``'s output (``distmatch-eval report`` reads it)
+SCORE_KIND = "distmatch.open_ended"
+
+
+def decoding_flags(spec: Corpus, rounds: int = ROUNDS) -> list[str]:
+    """The ``distmatch-eval generate`` flags of the script's decoding for `spec` (``do_sample``, top-k 0, top-p 1,
+    typical-p 1, temperature 1, ``min_new_tokens = L``, ``max_new_tokens = L + 1``; no chat template)."""
+    # flag / value pairs, one pair a line
+    return [
+        *("-k", str(rounds)),
+        *("--temperature", "1"),
+        *("--top-k", "0"),
+        *("--top-p", "1"),
+        *("--min-new-tokens", str(spec.new_tokens)),
+        *("--max-new-tokens", str(spec.new_tokens + 1)),
+        *("--chat-template", "never"),
+        *("--benchmark", published_benchmark(spec.key)),
+    ]
+
+
+def round_texts(rows: Sequence[Mapping[str, Any]], where: str) -> tuple[list[str], list[list[str]]]:
+    """(P texts, Q texts per round) of a generate output: round ``r`` is sample ``r`` of every prompt."""
+    if not rows:
+        raise InputError(f"{where}: no records.")
+    refs, rounds = [], None
+    for i, row in enumerate(rows):
+        outs, ref, prefix = row.get("samples"), row.get("reference"), row.get("prompt")
+        if not isinstance(outs, list) or not isinstance(ref, str) or not isinstance(prefix, str):
+            raise InputError(
+                f"{where}: record #{i} needs 'prompt', 'reference' and 'samples' (generate's output for the prompts "
+                "of distmatch-eval open-ended prompts)."
+            )
+        if rounds is None:
+            rounds = [[] for _ in outs]
+        if len(outs) != len(rounds):
+            raise InputError(f"{where}: record #{i} has {len(outs)} samples, the first had {len(rounds)}.")
+        refs.append(ref)
+        for r, text in enumerate(outs):
+            rounds[r].append(model_text(prefix, text))
+    return refs, rounds or []
+
+
+def rouge_f(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Mean ROUGE-1 and ROUGE-L F-measure x100 (``rouge_score``, no stemming: the scorer behind HF ``evaluate``'s
+    ``rouge``, which reports a bootstrap median of the same per-pair F values)."""
+    scorer_mod = require("rouge_score.rouge_scorer", extra="eval", feature="ROUGE (package rouge-score)")
+    scorer = scorer_mod.RougeScorer(["rouge1", "rougeL"], use_stemmer=False)
+    scores = [scorer.score(ref, pred) for pred, ref in zip(predictions, references)]
+    return {
+        "rouge1": 100.0 * statistics.fmean(s["rouge1"].fmeasure for s in scores),
+        "rougeL": 100.0 * statistics.fmean(s["rougeL"].fmeasure for s in scores),
+    }
+
+
+def oracle_perplexity(
+    texts: Sequence[str], oracle: Any, *, batch_size: int = ORACLE_BATCH, device: str | None = None
+) -> float:
+    """``test_utils.compute_ppl``: batches of 64 right-padded texts, pad tokens (= EOS when the tokenizer has no
+    pad) masked out of the labels, exp of the mean over batches of each batch's token-mean cross-entropy.
+    `oracle`: a causal-LM folder or Hub name, or a loaded (model, tokenizer)."""
+    torch = require("torch", extra="eval", feature="oracle perplexity")
+    if isinstance(oracle, tuple):
+        model, tokenizer = oracle
+    else:
+        transformers = require("transformers", extra="eval", feature="oracle perplexity")
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(oracle)
+            model = transformers.AutoModelForCausalLM.from_pretrained(oracle)
+        except Exception as err:
+            raise InputError(f"--oracle {oracle!r}: could not load ({type(err).__name__}: {err}).") from err
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "right"
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).eval()
+    losses = []
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(list(texts[start : start + batch_size]), padding=True, return_tensors="pt")
+            labels = batch["input_ids"].clone()
+            labels[labels.eq(tokenizer.pad_token_id)] = -100
+            out = model(**batch.to(device), labels=labels.to(device))
+            losses.append(float(out.loss))
+    return math.exp(statistics.fmean(losses))
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def score_files(
+    paths: Sequence[str],
+    *,
+    featurizer: Any = EMO_FEATURIZER,
+    max_text_length: int = EMO_MAX_TEXT_LENGTH,
+    oracle: Any = None,
+    device: str | None = None,
+) -> dict[str, Any]:
+    """Per seed file and round: MAUVE, ROUGE-1/L (and oracle PPL); mean / std over rounds and over all files."""
+    from eval_tasks.metrics.mauve import mauve_score
+
+    if not paths:
+        raise InputError("open-ended score: give at least one samples file.")
+    per_seed, metrics = [], {"mauve": [], "rouge1": [], "rougeL": [], "oracle_ppl": []}
+    benchmarks: dict[str, str] = {}  # samples file -> the benchmark its generate meta names
+    for path in paths:
+        rows = read_jsonl(path)
+        benchmarks[str(path)] = str((rows[0].get("meta") or {}).get("benchmark") or "") if rows else ""
+        refs, rounds = round_texts(rows, str(path))
+        p_feats = None
+        seed_rounds = []
+        for texts in rounds:
+            if p_feats is None:
+                from eval_tasks.metrics.mauve import text_features
+
+                p_feats = text_features(refs, featurizer, max_length=max_text_length, device=device)
+            m = mauve_score(
+                None,
+                texts,
+                featurizer=featurizer,
+                p_features=p_feats,
+                max_text_length=max_text_length,
+                device=device,
+            )
+            row = {"mauve": m["mauve"], **rouge_f(texts, refs)}
+            if oracle is not None:
+                row["oracle_ppl"] = oracle_perplexity(texts, oracle, device=device)
+            seed_rounds.append(row)
+            for key, value in row.items():
+                metrics[key].append(value)
+        per_seed.append(
+            {
+                "file": str(path),
+                "num_texts": len(refs),
+                "rounds": seed_rounds,
+                **{k: _spread([r[k] for r in seed_rounds]) for k in seed_rounds[0]},
+            }
+        )
+    named = set(benchmarks.values())
+    if len(named) > 1:
+        raise InputError(
+            "open-ended score: the samples files are of different corpora ("
+            + ", ".join(f"{p}: {b or 'none'}" for p, b in benchmarks.items())
+            + "); score one corpus at a time."
+        )
+    return {
+        "kind": SCORE_KIND,
+        "benchmark": named.pop() or None,
+        "protocol": "emo_official",
+        "featurizer": str(featurizer)
+        if not callable(featurizer)
+        else getattr(featurizer, "__name__", "callable"),
+        "max_text_length": max_text_length,
+        "seeds": per_seed,
+        **{k: _spread(v) for k, v in metrics.items() if v},
+    }

@@ -19,7 +19,7 @@ from typing import Any
 
 from eval_tasks import open_ended as O
 from eval_tasks.lm_eval_tasks.harness import DistMatchTask, _dataset_dict
-from eval_tasks.open_ended_cli import EMO_MAX_TEXT_LENGTH, ROUNDS, oracle_perplexity, rouge_f
+from eval_tasks.open_ended import EMO_MAX_TEXT_LENGTH, ROUNDS, oracle_perplexity, rouge_f
 from eval_tasks.samples import InputError
 from eval_tasks.task_options import resolve
 

@@ -6,8 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from eval_tasks import published as P
-from eval_tasks.open_ended import CORPORA, ORACLE_CORPUS, published_benchmark
-from eval_tasks.open_ended_cli import EMO_FEATURIZER, EMO_MAX_TEXT_LENGTH
+from eval_tasks.open_ended import (
+    CORPORA,
+    EMO_FEATURIZER,
+    EMO_MAX_TEXT_LENGTH,
+    ORACLE_CORPUS,
+    published_benchmark,
+)
 from eval_tasks.report.collect import RunData
 from eval_tasks.report.markdown import bold, fmt, table
 

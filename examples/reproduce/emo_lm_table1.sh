@@ -103,7 +103,7 @@ runs() {
 
 for corpus in $CORPORA; do
 	# shellcheck disable=SC2207  # the protocol's generate flags: words without spaces
-	flags=($("$PYTHON" -c 'import sys; from eval_tasks.open_ended import CORPORA; from eval_tasks.open_ended_cli import decoding_flags; print(" ".join(decoding_flags(CORPORA[sys.argv[1]])))' "$corpus"))
+	flags=($("$PYTHON" -c 'import sys; from eval_tasks.open_ended import CORPORA, decoding_flags; print(" ".join(decoding_flags(CORPORA[sys.argv[1]])))' "$corpus"))
 	for loss in $LOSSES; do
 		while read -r name options; do
 			samples=()

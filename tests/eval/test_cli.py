@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from eval_tasks import cli
+from eval_tasks import generation as G
+from eval_tasks import metrics as M
 from tests.helpers.eval_fixtures import write_lm_eval_results
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -158,7 +160,7 @@ def test_end_to_end_generate_diversity_nexttoken_report(models, prompts_file, tm
     )
     nt = json.loads((tmp_path / "ce" / "nexttoken.json").read_text())
     assert nt["stats"]["perplexity"] > 1 and 0 < nt["stats"]["mean_top1_prob"] < 1
-    assert [p["prompt"] for p in nt["probes"]] == list(cli.M.GEM_FIGURE6_PROMPTS)
+    assert [p["prompt"] for p in nt["probes"]] == list(M.GEM_FIGURE6_PROMPTS)
 
     report_dir = tmp_path / "report"
     assert (
@@ -385,13 +387,13 @@ def test_report_bad_input(tmp_path, capsys, monkeypatch) -> None:
 def model_loads(monkeypatch) -> list[str]:
     """The checkpoints `generate` loads (the real loader, counted): a refusal must come before any."""
     loaded: list[str] = []
-    real = cli.G.load_checkpoint
+    real = G.load_checkpoint
 
     def counted(path, *args, **kwargs):
         loaded.append(str(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(cli.G, "load_checkpoint", counted)
+    monkeypatch.setattr(G, "load_checkpoint", counted)
     return loaded
 
 

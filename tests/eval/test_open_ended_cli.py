@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from eval_tasks import open_ended as O
-from eval_tasks import open_ended_cli as C
 from eval_tasks.cli import main
 from eval_tasks.samples import InputError
 
@@ -28,7 +27,7 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def test_decoding_flags_are_the_scripts() -> None:
-    flags = C.decoding_flags(O.CORPORA["ptb"])
+    flags = O.decoding_flags(O.CORPORA["ptb"])
     pairs = dict(zip(flags[::2], flags[1::2]))
     assert pairs["--min-new-tokens"] == "25" and pairs["--max-new-tokens"] == "26"
     assert (pairs["--top-k"], pairs["--top-p"], pairs["--temperature"], pairs["-k"]) == ("0", "1", "1", "5")
@@ -36,11 +35,11 @@ def test_decoding_flags_are_the_scripts() -> None:
 
 
 def test_rouge_by_hand() -> None:
-    got = C.rouge_f(["the cat sat", "a b"], ["the cat sat on the mat", "a b"])
+    got = O.rouge_f(["the cat sat", "a b"], ["the cat sat on the mat", "a b"])
     # pair 1: 3 of 3 predicted unigrams match, 3 of 6 reference ones -> F = 2/3; LCS = 3 likewise; pair 2: 1
     assert got["rouge1"] == pytest.approx(100 * (2 / 3 + 1) / 2)
     assert got["rougeL"] == pytest.approx(100 * (2 / 3 + 1) / 2)
-    assert C.rouge_f(["x y z"], ["z y x"])["rougeL"] == pytest.approx(100 / 3)  # LCS 1 of 3
+    assert O.rouge_f(["x y z"], ["z y x"])["rougeL"] == pytest.approx(100 / 3)  # LCS 1 of 3
 
 
 def test_oracle_perplexity_is_exp_of_the_mean_of_batch_means(tiny) -> None:
@@ -58,9 +57,9 @@ def test_oracle_perplexity_is_exp_of_the_mean_of_batch_means(tiny) -> None:
         return (-logp.gather(1, ids[0, 1:, None])[:, 0]).tolist()
 
     ces = [token_ces(t) for t in texts]
-    one_each = C.oracle_perplexity(texts, (model, tokenizer), batch_size=1, device="cpu")
+    one_each = O.oracle_perplexity(texts, (model, tokenizer), batch_size=1, device="cpu")
     assert one_each == pytest.approx(math.exp(sum(sum(c) / len(c) for c in ces) / 2), rel=1e-4)
-    together = C.oracle_perplexity(texts, (model, tokenizer), batch_size=64, device="cpu")
+    together = O.oracle_perplexity(texts, (model, tokenizer), batch_size=64, device="cpu")
     pooled = [x for c in ces for x in c]  # one batch: the token mean over both texts (pads masked)
     assert together == pytest.approx(math.exp(sum(pooled) / len(pooled)), rel=1e-4)
 
@@ -76,7 +75,7 @@ def test_prompts_generate_score_end_to_end(tiny, tmp_path, capsys) -> None:
     hint = capsys.readouterr().err
     assert "--min-new-tokens 80 --max-new-tokens 81" in hint
     out = tmp_path / "s.jsonl"
-    flags = C.decoding_flags(O.CORPORA["wikitext2"], rounds=2)
+    flags = O.decoding_flags(O.CORPORA["wikitext2"], rounds=2)
     flags[flags.index("--min-new-tokens") + 1], flags[flags.index("--max-new-tokens") + 1] = "8", "9"
     assert main(["generate", "--model", str(tiny), "--prompts", str(prompts), "-o", str(out), "--no-progress",
                  "--device", "cpu", "--dtype", "float32", "--batch-size", "8", *flags]) == 0  # fmt: skip
@@ -90,7 +89,7 @@ def test_prompts_generate_score_end_to_end(tiny, tmp_path, capsys) -> None:
     result = json.loads(result_file.read_text())
     assert result["protocol"] == "emo_official" and result["max_text_length"] == 32
     assert (
-        result["kind"] == C.SCORE_KIND and result["benchmark"] == "emo_lm_wikitext2"
+        result["kind"] == O.SCORE_KIND and result["benchmark"] == "emo_lm_wikitext2"
     )  # from generate's meta
     assert len(result["seeds"]) == 2 and len(result["seeds"][0]["rounds"]) == 2
     rounds = [r for s in result["seeds"] for r in s["rounds"]]
@@ -102,7 +101,7 @@ def test_prompts_generate_score_end_to_end(tiny, tmp_path, capsys) -> None:
     same.write_text("".join(
         json.dumps({**r, "samples": [r["reference"][len(r["prompt"]) + 1 :]] * 2}) + "\n" for r in rows
     ))  # fmt: skip
-    self_score = C.score_files([str(same)], featurizer=f"lm:{tiny}", max_text_length=32, device="cpu")
+    self_score = O.score_files([str(same)], featurizer=f"lm:{tiny}", max_text_length=32, device="cpu")
     assert self_score["mauve"]["mean"] == pytest.approx(100.0) and self_score["rouge1"][
         "mean"
     ] == pytest.approx(100)
@@ -112,7 +111,7 @@ def test_prompts_generate_score_end_to_end(tiny, tmp_path, capsys) -> None:
         json.dumps({**r, "meta": {**r["meta"], "benchmark": "emo_lm_ptb"}}) + "\n" for r in rows
     ))  # fmt: skip
     with pytest.raises(InputError, match="different corpora .*emo_lm_wikitext2.*emo_lm_ptb"):
-        C.score_files([str(out), str(other)], featurizer=f"lm:{tiny}", max_text_length=32, device="cpu")
+        O.score_files([str(out), str(other)], featurizer=f"lm:{tiny}", max_text_length=32, device="cpu")
 
 
 def _report_places_the_score_beside_table_1(result_file: Path, result: dict, tmp_path: Path) -> None:
@@ -171,7 +170,7 @@ def test_score_bad_input(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": "a", "samples": ["x"]}) + "\n")
     with pytest.raises(InputError, match="record #0 needs 'prompt', 'reference' and 'samples'"):
-        C.round_texts([json.loads(bad.read_text())], str(bad))
+        O.round_texts([json.loads(bad.read_text())], str(bad))
     assert (
         main(["open-ended", "score", str(bad), "-o", str(tmp_path / "o.json"), "--max-text-length", "0"]) == 2
     )

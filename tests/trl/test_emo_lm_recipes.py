@@ -321,8 +321,7 @@ def test_table1_recipe_dry_run_prints_accepted_commands(tmp_path: Path) -> None:
 
 def _check_printed(data, trains, prompts, generates, scores) -> None:  # noqa: ANN001
     from eval_tasks import cli
-    from eval_tasks.open_ended import CORPORA, published_benchmark
-    from eval_tasks.open_ended_cli import decoding_flags
+    from eval_tasks.open_ended import CORPORA, decoding_flags, published_benchmark
 
     for words in data:
         args = _script().build_parser().parse_args(words[2:])

@@ -14,7 +14,7 @@ pytest.importorskip("lm_eval")  # the task module needs it (not in .venv-opencom
 
 from eval_tasks import open_ended as O  # noqa: E402
 from eval_tasks.lm_eval_tasks.open_ended import mauve_rounds, oracle_ppl_rounds  # noqa: E402
-from eval_tasks.open_ended_cli import rouge_f  # noqa: E402
+from eval_tasks.open_ended import rouge_f  # noqa: E402
 from tests.eval.lm_eval_tasks.helpers import (  # noqa: E402
     _check,
     _lm_eval_cmd,

@@ -12,7 +12,8 @@ Inputs: an lm-eval samples file of ``distmatch_gsm8k`` / ``distmatch_math`` / ``
 ``samples``) with the gold answer (``gold``; GSM8K ``answer`` with "#### n"; MATH ``solution``) or the reference
 (``reference``, or ``--references`` = the alpaca_eval repository's ``model_outputs.json``, matched by instruction).
 
-The output JSON (``kind``: ``distmatch.voting`` / ``distmatch.reward``; ``task``: the published benchmark id, ``curve``:
+Reading the samples and the curves are :mod:`eval_tasks.best_of_n`'s (``read_sampled``, ``voting_curve``). The
+output JSON (``kind``: ``distmatch.voting`` / ``distmatch.reward``; ``task``: the published benchmark id, ``curve``:
 metric@k -> value) is read by ``distmatch-eval report``, which plots the curves beside GEM's published points.
 """
 
@@ -20,125 +21,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from eval_tasks import best_of_n as B
 from eval_tasks import samples as S
 from eval_tasks.samples import InputError
 
-__all__ = ["add_commands", "cmd_reward", "cmd_voting", "read_sampled", "voting_curve"]
-
-
-def read_sampled(path: str) -> list[dict[str, Any]]:
-    """Records ``{"prompt", "samples", "gold", "reference"}`` of an lm-eval samples file or a generate JSONL."""
-    out = []
-    records = S.read_jsonl(path)
-    S.check_unique_ids(
-        records, path, "doc_id" if any("doc_id" in r for r in records if isinstance(r, dict)) else "id"
-    )
-    for i, record in enumerate(records):
-        if not isinstance(record, Mapping):
-            raise InputError(f"{path}: record {i} is a {type(record).__name__}, expected an object.")
-        doc = record.get("doc") if isinstance(record.get("doc"), Mapping) else record
-        if "filtered_resps" in record:
-            filtered = record["filtered_resps"]  # lm-eval: [[the n responses]]
-            responses = filtered[0] if isinstance(filtered, list) and filtered else None
-        elif "samples" in record:
-            responses = record["samples"]
-        else:
-            raise InputError(
-                f"{path}: record {i} has neither filtered_resps (lm-eval) nor samples (generate)."
-            )
-        if not isinstance(responses, list) or not responses:
-            raise InputError(f"{path}: record {i} holds no list of sampled responses.")
-        out.append(
-            {
-                "prompt": doc.get("prompt", doc.get("instruction", doc.get("question"))),
-                "samples": [str(s) for s in responses],
-                "gold": doc.get("gold"),
-                "answer": doc.get("answer"),
-                "solution": doc.get("solution", doc.get("output")),
-                "reference": doc.get("reference"),
-            }
-        )
-    if not out:
-        raise InputError(f"{path}: no records.")
-    return out
-
-
-def _gold(record: Mapping[str, Any], task: str, where: str) -> str:
-    from eval_tasks.math_answers import gsm8k_gold_answer, math_gold_answer
-
-    if record["gold"] is not None:
-        return str(record["gold"])
-    if task == "gsm8k" and record["answer"] is not None:
-        return str(gsm8k_gold_answer(str(record["answer"])))
-    if task == "math" and record["solution"] is not None:
-        gold = math_gold_answer(str(record["solution"]))
-        if gold is None:  # else the string "None" would be the gold answer
-            raise InputError(
-                f"{where}: no gold answer: its solution has no readable \\boxed{{...}} or \\fbox{{...}}; give the "
-                "record a gold field."
-            )
-        return gold
-    need = "answer (with '#### n')" if task == "gsm8k" else "solution (with \\boxed{})"
-    raise InputError(f"{where}: no gold answer: give each record a gold or {need} field.")
-
-
-def _gsm8k_gold(gold: str, where: str) -> int | None:
-    """A GSM8K gold answer as an integer ("1,200" and "18.0" read as the extractor reads answers)."""
-    from eval_tasks.math_answers import extract_gsm8k_answer
-
-    if gold == "None":  # the dataset row's answer has no number
-        return None
-    try:
-        return int(gold)
-    except ValueError:
-        value = extract_gsm8k_answer(f"The answer is {gold}")
-    if value is None:
-        raise InputError(f"{where}: gold {gold!r} is not a number (GSM8K answers are integers).")
-    return value
-
-
-def _same_count(records: Sequence[Mapping[str, Any]], path: str) -> int:
-    counts = {len(r["samples"]) for r in records}
-    if len(counts) != 1:
-        raise InputError(
-            f"{path}: the records hold different sample counts ({sorted(counts)}); first-k needs one."
-        )
-    return counts.pop()
-
-
-def voting_curve(
-    records: Sequence[Mapping[str, Any]], task: str, checker: str = "hendrycks", where: str = "samples"
-) -> dict[str, float]:
-    """MV@k and BON@k for k = 1..n over the records (x100)."""
-    from eval_tasks.math_answers import (
-        canonical_math_answer,
-        extract_gsm8k_answer,
-        extract_math_answer,
-        math_answer_correct,
-    )
-    from eval_tasks.metrics.voting import voting_accuracies
-
-    n = _same_count(records, where)
-    golds = [_gold(r, task, f"{where}: record {i}") for i, r in enumerate(records)]
-    if task == "gsm8k":
-        answers = [[extract_gsm8k_answer(s) for s in r["samples"]] for r in records]
-        gold_values: list[Any] = [_gsm8k_gold(g, f"{where}: record {i}") for i, g in enumerate(golds)]
-        return voting_accuracies(answers, gold_values, ks=range(1, n + 1))
-    answers = [[canonical_math_answer(extract_math_answer(s)) for s in r["samples"]] for r in records]
-    return voting_accuracies(
-        answers,
-        golds,
-        ks=range(1, n + 1),
-        equal=lambda a, g: a is not None and math_answer_correct(a, g, checker),
-    )
+__all__ = ["add_commands", "cmd_reward", "cmd_voting"]
 
 
 def cmd_voting(args: argparse.Namespace) -> int:
-    records = read_sampled(args.samples)
-    curve = voting_curve(records, args.task, args.math_checker, args.samples)
+    records = B.read_sampled(args.samples)
+    curve = B.voting_curve(records, args.task, args.math_checker, args.samples)
     n = len(records[0]["samples"])
     result = {
         "kind": "distmatch.voting",
@@ -155,13 +50,12 @@ def cmd_voting(args: argparse.Namespace) -> int:
 
 
 def cmd_reward(args: argparse.Namespace) -> int:
-    from eval_tasks.best_of_n import RewardScorer, rows_by_prompt
     from eval_tasks.metrics.voting import reward_best_of_n, win_rate_best_of_n
 
-    records = read_sampled(args.samples)
-    n = _same_count(records, args.samples)
+    records = B.read_sampled(args.samples)
+    n = B.sample_count(records, args.samples)
     if args.references:
-        by_prompt = rows_by_prompt(S.read_jsonl(args.references))
+        by_prompt = B.rows_by_prompt(S.read_jsonl(args.references))
         for i, r in enumerate(records):
             ref = by_prompt.get(str(r["prompt"]))
             if ref is None:
@@ -169,7 +63,7 @@ def cmd_reward(args: argparse.Namespace) -> int:
             r["reference"] = ref["output"]
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}.")
-    scorer = RewardScorer(
+    scorer = B.RewardScorer(
         args.reward_model,
         batch_size=args.batch_size,
         device=args.device,
@@ -212,7 +106,6 @@ def _print_table(head: str, metrics: list[str], curve: Mapping[str, float], n: i
 
 def add_commands(sub: Any) -> None:
     """Register ``voting`` and ``reward`` on distmatch-eval's subparsers."""
-    sub.metavar = (sub.metavar or "").rstrip("}") + ",voting,reward}"
     v = sub.add_parser("voting", help="GSM8K / MATH samples -> MV@k and BON@k (coverage) for k = 1..n")
     v.add_argument(
         "--samples", required=True, help="lm-eval samples_*.jsonl or distmatch-eval generate JSONL"

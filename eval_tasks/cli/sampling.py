@@ -1,26 +1,8 @@
-"""``distmatch-eval``: sample from checkpoints, score diversity / next-token statistics, and build comparison reports.
-
-Subcommands (``distmatch-eval <cmd> --help`` for every flag):
-
-* ``generate``  K samples per prompt from a checkpoint -> JSONL (HF ``generate``; vLLM when installed and a GPU is
-  present). Defaults are GEM's creative-writing settings: 16 samples, temperature 1.0, top-k 50, top-p 0.9, up to
-  512 new tokens; the tokenizer's chat template is applied when it has one. A prompt longer than the model's context
-  less the new tokens keeps its last tokens, as lm-eval does, with a warning.
-* ``diversity`` n-gram / Self-BLEU / Sentence-BERT diversity (and MAUVE against references) of such a JSONL -> JSON.
-* ``nexttoken`` perplexity, mean token entropy, mean top-1 probability of a checkpoint on a dataset, and the
-  next-token distributions of a few prompts (GEM figure 6) -> JSON.
-* ``report``    several runs (lm-eval result JSONs, diversity / nexttoken JSONs, trainer_state.json) -> a markdown
-  report with the papers' published numbers side by side, plus PNG plots.
-
-Errors in the input (a prompt with fewer than 2 samples, empty samples, unknown models, missing optional
-dependencies, unreadable files, files that are not UTF-8, a cut-off last line, an existing ``generate -o`` file
-without ``--overwrite``, ``--resume`` into a file made with other settings, ``--max-new-tokens`` at or above the model's
-context, ``diversity`` on a file whose records were made with different settings or that holds a prompt twice, a
-``--sbert-model`` that cannot be loaded) end the command with exit status 2 and a one-line
-message; set ``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
+"""``distmatch-eval generate``, ``diversity`` and ``nexttoken``: sample from a checkpoint, score the samples'
+diversity, and the checkpoint's next-token statistics.
 
 Each command only maps its flags onto the library: :mod:`eval_tasks.samples` (files), :mod:`eval_tasks.generation`
-(sampling), :mod:`eval_tasks.results` (the result files, from :mod:`eval_tasks.metrics`) and :mod:`eval_tasks.report`.
+(sampling) and :mod:`eval_tasks.results` (the result files, from :mod:`eval_tasks.metrics`).
 """
 
 from __future__ import annotations
@@ -30,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +24,7 @@ from eval_tasks.generation import GEM_GENERATION
 from eval_tasks.samples import InputError
 from eval_tasks.task_options import PROTOCOLS, TASK_OPTIONS, resolve
 
-__all__ = ["build_parser", "main"]
+__all__ = ["add_commands", "cmd_diversity", "cmd_generate", "cmd_nexttoken"]
 
 
 def _progress(iterable: Iterable[Any], enabled: bool, **kwargs: Any) -> Iterable[Any]:
@@ -301,41 +283,8 @@ def cmd_nexttoken(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from eval_tasks import report
-
-    runs = report.parse_run_specs(args.run)
-    written = report.build_report(
-        runs,
-        Path(args.output),
-        title=args.title,
-        published=not args.no_published,
-        published_model=args.published_model,
-    )
-    print(f"distmatch-eval report: {', '.join(str(p) for p in written)}", file=sys.stderr)
-    return 0
-
-
-def _quiet_progress_bars() -> None:
-    """--no-progress: also silence transformers' / huggingface_hub's own progress bars (weight loading)."""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="distmatch-eval",
-        description="Diversity / distribution metrics of the EMO and GEM papers and comparison reports.",
-    )
-    sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{generate,diversity,nexttoken,report}"
-    )
-
+def add_commands(sub: Any) -> None:
+    """Register ``generate``, ``diversity`` and ``nexttoken`` on distmatch-eval's subparsers."""
     g = sub.add_parser("generate", help="K samples per prompt from a checkpoint -> JSONL")
     g.add_argument("--model", required=True, help="checkpoint folder (or Hub name when online)")
     g.add_argument(
@@ -444,42 +393,3 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
     n.add_argument("--no-progress", action="store_true")
     n.set_defaults(func=cmd_nexttoken)
-
-    r = sub.add_parser("report", help="runs -> markdown report + PNG plots, with the papers' numbers")
-    r.add_argument(
-        "--run",
-        action="append",
-        required=True,
-        metavar="NAME=PATH",
-        help="a run's file or folder (lm-eval results_*.json, *.diversity.json, nexttoken JSON, trainer_state.json; "
-        "folders are searched recursively); repeat, also with the same NAME for several files",
-    )
-    r.add_argument("-o", "--output", required=True, help="output folder (report.md, report.json, *.png)")
-    r.add_argument("--title", default="distmatch evaluation report")
-    r.add_argument(
-        "--published-model", help="only published rows whose base model contains this (e.g. llama-7b)"
-    )
-    r.add_argument("--no-published", action="store_true", help="leave the papers' numbers out")
-    r.set_defaults(func=cmd_report)
-    __import__("eval_tasks.bon_cli", fromlist=["add_commands"]).add_commands(sub)  # voting, reward
-    __import__("eval_tasks.open_ended_cli", fromlist=["add_commands"]).add_commands(sub)  # open-ended
-    __import__("eval_tasks.alpacaeval", fromlist=["add_commands"]).add_commands(sub)  # alpacaeval
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "no_progress", False):
-        _quiet_progress_bars()
-    try:
-        return int(args.func(args) or 0)
-    except (InputError, M.DiversityInputError, ValueError, ImportError, OSError, LookupError) as err:
-        if os.environ.get("DISTMATCH_EVAL_DEBUG") == "1":
-            raise
-        print(f"distmatch-eval {args.command}: error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
