@@ -101,7 +101,7 @@ AND_MULTIPROCESS :=
 endif
 NOT_ENV_MARKED := not axolotl_env and not opencompass_env and not swift_env
 
-.PHONY: help demo test test-quick venvs dist mutants lint format generate clean-venvs clean test-core test-axolotl test-opencompass \
+.PHONY: help demo test test-quick venvs dist mutants mutation-score lint format generate clean-venvs clean test-core test-axolotl test-opencompass \
 	test-axolotl-latest test-swift gpu-kit $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT) FORCE
 
 help:
@@ -115,6 +115,7 @@ help:
 	@echo "make dist         build the wheel + sdist into dist/, check them, smoke-test the wheel in a clean venv"
 	@echo "make gpu-kit      the wheels a lent GPU machine lacks, for tools/gpu_check.sh (build/gpu-kit; docs/benchmarks.md)"
 	@echo "make mutants      mutation check: every wrong change in tools/mutants/*.toml must fail its tests (slow)"
+	@echo "make mutation-score   mutmut over the modules in tools/mutation_score.toml: a score per module (about an hour)"
 	@echo "make test-swift   the ms-swift plugin tests in .venv-swift (built on first use; a step of make test)"
 	@echo "make clean-venvs  delete the venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="
@@ -324,6 +325,14 @@ gpu-kit: $(CORE_STAMP)
 MUTANTS_ARGS ?=
 mutants: $(CORE_STAMP) $(AXO_STAMP)
 	$(OFFLINE) $(VENV)/bin/python tools/mutants.py $(MUTANTS_ARGS)
+
+# Mutation score for developers (not part of `make test`; docs/development.md "Mutation score"): mutmut 3 generates
+# every mutant of each module in tools/mutation_score.toml and runs that module's covering tests against them, in a
+# scratch copy under build/mutation-score/; prints killed / survived / timed out / score per module (survivors
+# listed in tools/mutation_equivalent.toml are equivalent). MUTATION_SCORE_ARGS="--only math_answers" runs some.
+MUTATION_SCORE_ARGS ?=
+mutation-score: $(CORE_STAMP)
+	$(OFFLINE) OMP_NUM_THREADS=1 $(VENV)/bin/python tools/mutation_score.py $(MUTATION_SCORE_ARGS)
 
 # The release (tools/dist.py; docs/development.md "Releases"): wheel + sdist into dist/, `twine check`, the wheel's
 # file list and entry points, then the wheel with its dependencies (and the eval extra) in a clean venv built from

@@ -1,0 +1,283 @@
+"""`make mutation-score`: mutmut 3 over the modules whose output users trust, one module at a time.
+
+Where `make mutants` (tools/mutants.py) applies hand-written wrong changes, this runs a mutation tool: mutmut 3
+generates every mutant of a module (operators, constants, comparisons, arguments, return values) and runs the tests
+that cover that module against each. The modules and their covering tests are listed in tools/mutation_score.toml;
+the survivors triaged as equivalent (no observable change; each with its reason) in tools/mutation_equivalent.toml.
+
+For each module: a scratch copy of the working tree (tracked and untracked-not-ignored files) goes to
+build/mutation-score/<name>/, a `[tool.mutmut]` section naming the one file and its tests is appended to the copy's
+pyproject.toml, and `mutmut run` runs there (mutmut writes its mutated copy into that folder's `mutants/`; nothing is
+written into the checkout). A module that runs past its timeout is stopped and reported with what was checked.
+
+Prints, and writes to build/mutation-score/report.md, a table per module: mutants, killed, survived, timed out,
+equivalent, not checked, the score (killed + timed out over the mutants that are not equivalent) and the wall time;
+then every non-equivalent survivor with its diff (build/mutation-score/<name>/survivors.txt), to triage.
+
+    python tools/mutation_score.py                 # every module
+    python tools/mutation_score.py --only math_answers pass_at_k
+    python tools/mutation_score.py --report-only   # re-read the last run's results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "tools" / "mutation_score.toml"
+EQUIVALENT = ROOT / "tools" / "mutation_equivalent.toml"
+SCRATCH = ROOT / "build" / "mutation-score"
+
+# mutmut's exit-code meaning (mutmut/stats.py status_by_exit_code), folded into the table's columns
+KILLED = {1, 3}
+SURVIVED = {0}
+TIMED_OUT = {36, -24, 24, 152, 255}
+NO_TESTS = {5, 33}
+
+
+def load_config() -> tuple[dict, list[dict]]:
+    data = tomllib.loads(CONFIG.read_text())
+    return data.get("defaults", {}), data["module"]
+
+
+def load_equivalent() -> dict[str, dict]:
+    if not EQUIVALENT.exists():
+        return {}
+    return {e["mutant"]: e for e in tomllib.loads(EQUIVALENT.read_text()).get("equivalent", [])}
+
+
+def working_tree_files() -> list[str]:
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    return [p for p in out.decode().split("\0") if p and (ROOT / p).is_file()]
+
+
+def make_copy(name: str, module: dict, defaults: dict) -> Path:
+    dest = SCRATCH / name
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for rel in working_tree_files():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target)
+    package = module["file"].split("/")[0]
+    tops = sorted(
+        {p.split("/")[0] for p in os.listdir(dest)} - {package, "mutants", "tests", "pyproject.toml"}
+    )
+    section = {
+        "source_paths": [package],
+        "only_mutate": [module["file"]],
+        # the other packages come along, so that nothing is imported from the checkout others keep editing
+        "also_copy": [t for t in tops if (dest / t).is_dir()],
+        "pytest_add_cli_args": ["-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-x"],
+        "pytest_add_cli_args_test_selection": list(module["tests"]),
+        "timeout_multiplier": float(
+            module.get("timeout_multiplier", defaults.get("timeout_multiplier", 10.0))
+        ),
+        "use_git_change_detection": False,
+    }
+    lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in section.items()]
+    with open(dest / "pyproject.toml", "a") as f:
+        f.write("\n".join(lines) + "\n")
+    return dest
+
+
+def run_module(name: str, module: dict, defaults: dict, jobs: int) -> dict:
+    dest = make_copy(name, module, defaults)
+    timeout = int(module.get("timeout", defaults.get("timeout", 900)))
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(
+        HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1"
+    )
+    mutmut = Path(sys.executable).parent / "mutmut"
+    log = open(dest / "mutmut.log", "w")
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [str(mutmut), "run", "--max-children", str(jobs)],
+        cwd=dest,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    stopped = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stopped = True
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    wall = time.monotonic() - start
+    log.close()
+    (dest / "wall.json").write_text(json.dumps({"wall_s": wall, "stopped": stopped, "rc": proc.returncode}))
+    return collect(name, module)
+
+
+def mutant_diff(dest: Path, mutant: str) -> str:
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "mutmut"), "show", mutant],
+        cwd=dest,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()
+
+
+def mutmut_failure(log: Path) -> str | None:
+    """mutmut's own reason for stopping before the mutants ran (e.g. the clean tests failed, or no test reached the
+    module's functions after import: "Unable to force test failures"), else None."""
+    if not log.exists():
+        return None
+    text = log.read_text(errors="replace").replace("\r", "\n")
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(("FAILED", "Failed to run clean test", "Stopping early")):
+            return "mutmut stopped: " + line
+    return None
+
+
+def still_equivalent(dest: Path, mutant: str, entry: dict) -> bool:
+    """The listed mutant is still the one triaged: its diff adds the line the list names."""
+    added = [
+        line[1:].strip()
+        for line in mutant_diff(dest, mutant).splitlines()
+        if line.startswith("+") and not line.startswith("+++")
+    ]
+    return entry["changed"].strip() in added
+
+
+def collect(name: str, module: dict) -> dict:
+    dest = SCRATCH / name
+    meta = dest / "mutants" / (module["file"] + ".meta")
+    wall = json.loads((dest / "wall.json").read_text()) if (dest / "wall.json").exists() else {}
+    row = dict(
+        name=name,
+        file=module["file"],
+        mutants=0,
+        killed=0,
+        survived=0,
+        timeout=0,
+        equivalent=0,
+        unchecked=0,
+        wall_s=wall.get("wall_s"),
+        stopped=wall.get("stopped"),
+        rc=wall.get("rc"),
+        survivors=[],
+    )
+    failure = mutmut_failure(dest / "mutmut.log")
+    if not meta.exists() or failure:
+        row["error"] = failure or f"no results ({dest / 'mutmut.log'})"
+        return row
+    equivalent = load_equivalent()
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    row["mutants"] = len(codes)
+    for mutant, code in sorted(codes.items()):
+        if code in KILLED:
+            row["killed"] += 1
+        elif code in TIMED_OUT:
+            row["timeout"] += 1
+        elif code is None:
+            row["unchecked"] += 1
+        elif code in SURVIVED or code in NO_TESTS:
+            if mutant in equivalent and still_equivalent(dest, mutant, equivalent[mutant]):
+                row["equivalent"] += 1
+            else:
+                row["survived"] += 1
+                row["survivors"].append(mutant)
+        else:  # suspicious / segfault: the tests did not pass cleanly, so the change was seen
+            row["killed"] += 1
+    judged = row["mutants"] - row["equivalent"] - row["unchecked"]
+    row["score"] = 100.0 * (row["killed"] + row["timeout"]) / judged if judged else None
+    with open(dest / "survivors.txt", "w") as f:
+        for mutant in row["survivors"]:
+            f.write(f"### {mutant} (exit {codes[mutant]})\n{mutant_diff(dest, mutant)}\n\n")
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = "| module | file | mutants | killed | survived | timed out | equivalent | not checked | score | time |"
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['name']} | `{r['file']}` | {r['error']} |||||||")
+            continue
+        score = f"{r['score']:.1f} %" if r["score"] is not None else "—"
+        secs = r["wall_s"]
+        t = (
+            f"{int(secs // 60)}:{int(secs % 60):02d}" + (" (stopped)" if r["stopped"] else "")
+            if secs
+            else "—"
+        )
+        lines.append(
+            f"| {r['name']} | `{r['file']}` | {r['mutants']} | {r['killed']} | {r['survived']} | {r['timeout']} "
+            f"| {r['equivalent']} | {r['unchecked']} | {score} | {t} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", nargs="+", help="module names from tools/mutation_score.toml")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (mutmut --max-children)")
+    parser.add_argument("--report-only", action="store_true", help="re-read the last run's results")
+    parser.add_argument("--goal", type=float, default=90.0, help="fail when a module scores below this")
+    args = parser.parse_args(argv)
+    defaults, modules = load_config()
+    names = [m["name"] for m in modules]
+    unknown = set(args.only or []) - set(names)
+    if unknown:
+        parser.error(f"unknown module(s): {sorted(unknown)}; known: {names}")
+    rows = []
+    for module in modules:
+        if args.only and module["name"] not in args.only:
+            continue
+        print(f"==> {module['name']}: {module['file']}", flush=True)
+        row = (
+            collect(module["name"], module)
+            if args.report_only
+            else run_module(module["name"], module, defaults, args.jobs)
+        )
+        rows.append(row)
+        print(table([row]).splitlines()[-1], flush=True)
+    report = table(rows)
+    survivors = [f"- {m}" for r in rows for m in r.get("survivors", [])]
+    text = (
+        report
+        + (
+            "\n\nSurvivors (diffs in build/mutation-score/<module>/survivors.txt):\n" + "\n".join(survivors)
+            if survivors
+            else ""
+        )
+        + "\n"
+    )
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    (SCRATCH / "report.md").write_text(text)
+    print("\n" + text)
+    low = [r["name"] for r in rows if r.get("score") is None or r["score"] < args.goal]
+    if low:
+        print(f"==> below {args.goal:.0f} % (or no result): {', '.join(low)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
