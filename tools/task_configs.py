@@ -7,8 +7,8 @@ writes). The task table (``eval_tasks.nlu.ICL_TASKS``, ``MMLU`` and ``NLU_TASK_N
 tasks are listed. From it, in the way lm-eval's ``_generate_configs.py`` scripts write per-subject YAMLs that
 ``include`` a hand-written template:
 
-* ``eval_tasks/lm_eval_tasks/distmatch_<key>.yaml`` (one per retrieval task, including ``_icl_template_yaml``) and
-  the group ``distmatch_nlu.yaml``;
+* ``eval_tasks/lm_eval_tasks/nlu/distmatch_<key>.yaml`` (one per retrieval task, including ``_icl_template_yaml``)
+  and the group ``distmatch_nlu.yaml``; the code tasks' YAMLs in ``eval_tasks/lm_eval_tasks/code/``;
 * ``eval_tasks/opencompass_configs/datasets/distmatch/distmatch_<key>_topk_ppl.py`` (one per retrieval task), the
   suites ``distmatch_nlu_topk_ppl.py`` and ``distmatch_nlu_emo_code_topk_ppl.py``;
 * the summarizers ``eval_tasks/opencompass_configs/summarizers/distmatch_nlu{,_emo_code}.py``.
@@ -29,6 +29,9 @@ from eval_tasks.task_options import TASK_OPTIONS
 
 COMMAND = "python tools/generate.py"
 LM_EVAL_DIR = Path("eval_tasks/lm_eval_tasks")
+#: the task families' folders that hold generated YAMLs (each beside the template its YAMLs `include`)
+LM_EVAL_NLU_DIR = LM_EVAL_DIR / "nlu"
+LM_EVAL_CODE_DIR = LM_EVAL_DIR / "code"
 OC_DATASETS_DIR = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 OC_SUMMARIZERS_DIR = Path("eval_tasks/opencompass_configs/summarizers")
 
@@ -350,10 +353,11 @@ def generated_files() -> dict[Path, Callable[[], str]]:
     """Every generated file (relative to the repository root) and the function that writes its text."""
     files: dict[Path, Callable[[], str]] = {}
     for spec in nlu.ICL_TASKS.values():
-        files[LM_EVAL_DIR / f"{spec.task}.yaml"] = lambda spec=spec: lm_eval_task_yaml(spec)
-    files[LM_EVAL_DIR / "distmatch_nlu.yaml"] = lm_eval_group_yaml
+        files[LM_EVAL_NLU_DIR / f"{spec.task}.yaml"] = lambda spec=spec: lm_eval_task_yaml(spec)
+    files[LM_EVAL_NLU_DIR / "distmatch_nlu.yaml"] = lm_eval_group_yaml
     for code_spec in code_tasks.CODE_TASKS.values():
-        files[LM_EVAL_DIR / f"{code_spec.task}.yaml"] = lambda spec=code_spec: lm_eval_code_task_yaml(spec)
+        code_yaml = LM_EVAL_CODE_DIR / f"{code_spec.task}.yaml"
+        files[code_yaml] = lambda spec=code_spec: lm_eval_code_task_yaml(spec)
     for spec in nlu.ICL_TASKS.values():
         files[OC_DATASETS_DIR / f"{spec.task}_topk_ppl.py"] = lambda spec=spec: oc_task_config(spec)
     files[OC_DATASETS_DIR / "distmatch_nlu_topk_ppl.py"] = oc_suite_config
@@ -366,7 +370,8 @@ def generated_files() -> dict[Path, Callable[[], str]]:
 def leftovers(root: Path, keep: set[Path]) -> list[Path]:
     """Files under `root` that carry this script's header but are no longer generated (a task left the table)."""
     found = []
-    for folder in (LM_EVAL_DIR, OC_DATASETS_DIR, OC_SUMMARIZERS_DIR):
+    # LM_EVAL_DIR itself too: a generated YAML left there from before the family folders
+    for folder in (LM_EVAL_DIR, LM_EVAL_NLU_DIR, LM_EVAL_CODE_DIR, OC_DATASETS_DIR, OC_SUMMARIZERS_DIR):
         for path in sorted((root / folder).glob("*")):
             rel = path.relative_to(root)
             if path.is_file() and rel not in keep and _is_generated(path):

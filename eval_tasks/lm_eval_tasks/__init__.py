@@ -1,8 +1,10 @@
 """The distmatch lm-eval tasks (YAML + Python helpers), shipped as package data.
 
-``TASK_DIR`` is the folder lm-eval indexes. It is found without ``--include_path`` through the activation hook
-(``distmatch_hooks.lm_eval``, installed with the wheel) and, in lm-eval releases that read it, through the
-``lm_eval.tasks`` entry point; with the hook disabled (``DISTMATCH_LM_EVAL_HOOK=0``) pass it explicitly::
+One folder per task family (``nlu/``, ``creative/``, ...: its YAMLs, ``utils.py`` and README); the Python side
+they call sits here. ``TASK_DIR`` is the folder lm-eval indexes (it recurses into the family folders). It is found
+without ``--include_path`` through the activation hook (``distmatch_hooks.lm_eval``, installed with the wheel) and,
+in lm-eval releases that read it, through the ``lm_eval.tasks`` entry point; with the hook disabled
+(``DISTMATCH_LM_EVAL_HOOK=0``) pass it explicitly::
 
     lm_eval run --include_path "$(python -m eval_tasks.lm_eval_tasks)" --tasks distmatch_nlu ...
 

@@ -145,7 +145,9 @@ def test_sampling_settings_and_prompt_counts_equal_the_paper() -> None:
     assert paper == GEM_GENERATION  # distmatch-eval generate's defaults and the protocol notes' reference
     loader = type("L", (yaml.SafeLoader,), {})
     loader.add_constructor("!function", lambda loader, node: None)
-    config = yaml.load((REPO_ROOT / "eval_tasks/lm_eval_tasks/_diversity_template_yaml").read_text(), loader)
+    config = yaml.load(
+        (REPO_ROOT / "eval_tasks/lm_eval_tasks/creative/_diversity_template_yaml").read_text(), loader
+    )
     gen = config["generation_kwargs"]
     assert (config["repeats"], config["filter_list"][0]["filter"][0]["k"]) == (paper["num_samples"],) * 2
     assert gen["do_sample"] is True

@@ -83,9 +83,9 @@ def _icl_cases() -> list[tuple[dict[str, Any], list[tuple[float, bool]]]]:
 
 
 def test_icl_metrics_equal_lm_evals_definition() -> None:
-    from eval_tasks.lm_eval_tasks import utils
+    from eval_tasks.lm_eval_tasks.nlu import utils
 
-    config = _yaml("_icl_template_yaml")
+    config = _yaml("nlu/_icl_template_yaml")
     reported = _reported(config)
     assert reported == ["acc", "acc_norm"]  # a new lm-eval metric name in the YAML must be checked here too
     assert config["process_results"].endswith("utils.icl_process_results")
@@ -104,9 +104,9 @@ def test_icl_metrics_equal_lm_evals_definition() -> None:
 
 
 def test_mmlu_acc_equals_lm_evals_definition() -> None:
-    from eval_tasks.lm_eval_tasks import utils
+    from eval_tasks.lm_eval_tasks.nlu import utils
 
-    config = _yaml("distmatch_mmlu.yaml")
+    config = _yaml("nlu/distmatch_mmlu.yaml")
     reported = _reported(config)
     assert reported == ["acc"]
     doc = {"context": "Q?\nAnswer:", "letters": ["A", "B", "C", "D"], "answer": 2, "subject": "virology"}

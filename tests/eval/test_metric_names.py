@@ -43,7 +43,7 @@ def test_scorers_return_exactly_the_named_metrics() -> None:
 
 
 def test_task_configs_and_published_benchmarks_use_the_names() -> None:
-    yaml_text = (REPO / "eval_tasks" / "lm_eval_tasks" / "_diversity_template_yaml").read_text(
+    yaml_text = (REPO / "eval_tasks" / "lm_eval_tasks" / "creative" / "_diversity_template_yaml").read_text(
         encoding="utf-8"
     )
     listed = [

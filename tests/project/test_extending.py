@@ -350,9 +350,9 @@ def test_adding_an_evaluation_task_takes_the_documented_files(copy: Path) -> Non
     )
     _generate(copy)
 
-    task_yaml = copy / "eval_tasks" / "lm_eval_tasks" / "distmatch_toy_topic.yaml"
+    task_yaml = copy / "eval_tasks" / "lm_eval_tasks" / "nlu" / "distmatch_toy_topic.yaml"
     assert "distmatch_task: toy_topic" in task_yaml.read_text(encoding="utf-8")
-    group = (copy / "eval_tasks" / "lm_eval_tasks" / "distmatch_nlu.yaml").read_text(encoding="utf-8")
+    group = (copy / "eval_tasks" / "lm_eval_tasks" / "nlu" / "distmatch_nlu.yaml").read_text(encoding="utf-8")
     assert "  - distmatch_toy_topic\n  - distmatch_mmlu\n" in group
     proc = _run(copy, "-c", TASK_PROBE)
     assert proc.returncode == 0, proc.stderr

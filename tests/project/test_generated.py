@@ -28,6 +28,8 @@ REPO = REPO_ROOT
 SCRIPT = REPO / "tools" / "generate.py"
 HEADER = "by `python tools/generate.py`"
 LM_EVAL = Path("eval_tasks/lm_eval_tasks")
+NLU = LM_EVAL / "nlu"  # the generated YAMLs sit in their families' folders
+CODE = LM_EVAL / "code"
 DATASETS = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 SUMMARIZERS = Path("eval_tasks/opencompass_configs/summarizers")
 NAMES_MODULE = Path("distmatch/_loss_names.py")
@@ -56,15 +58,22 @@ def _generate(*args: str) -> subprocess.CompletedProcess:
 def _generated_names() -> set[Path]:
     icl = [spec.task for spec in nlu.ICL_TASKS.values()]
     return {
-        *(LM_EVAL / f"{task}.yaml" for task in icl),
-        LM_EVAL / "distmatch_nlu.yaml",
-        *(LM_EVAL / f"{spec.task}.yaml" for spec in code_tasks.CODE_TASKS.values()),
+        *(NLU / f"{task}.yaml" for task in icl),
+        NLU / "distmatch_nlu.yaml",
+        *(CODE / f"{spec.task}.yaml" for spec in code_tasks.CODE_TASKS.values()),
         *(DATASETS / f"{task}_topk_ppl.py" for task in icl),
         DATASETS / "distmatch_nlu_topk_ppl.py",
         DATASETS / "distmatch_nlu_emo_code_topk_ppl.py",
         SUMMARIZERS / "distmatch_nlu.py",
         SUMMARIZERS / "distmatch_nlu_emo_code.py",
     }
+
+
+def _family_folders() -> list[Path]:
+    """The lm-eval task families' folders (each may hold generated and hand-written YAMLs)."""
+    return sorted(
+        p.relative_to(REPO) for p in (REPO / LM_EVAL).iterdir() if p.is_dir() and p.name != "__pycache__"
+    )
 
 
 def _first_line(path: Path) -> str:
@@ -108,7 +117,7 @@ def test_generated_files_carry_the_header_and_the_rest_is_hand_written() -> None
     """Exactly the files of the table carry the "generated" header; MMLU, IFEval and creative writing do not."""
     marked = {
         path.relative_to(REPO)
-        for folder in (LM_EVAL, DATASETS, SUMMARIZERS)
+        for folder in (LM_EVAL, *_family_folders(), DATASETS, SUMMARIZERS)
         for path in (REPO / folder).iterdir()
         if path.is_file() and HEADER in _first_line(path)
     }
@@ -127,11 +136,11 @@ def test_check_names_the_file_that_differs(generated_root: Path, tmp_path: Path)
 
     edited = tmp_path / DATASETS / "distmatch_sst2_topk_ppl.py"
     edited.write_text(edited.read_text(encoding="utf-8").replace("It is positive.", "It is great."))
-    (tmp_path / LM_EVAL / "distmatch_trec.yaml").unlink()
+    (tmp_path / NLU / "distmatch_trec.yaml").unlink()
     proc = _generate("--check", "--root", str(tmp_path))
     assert proc.returncode == 1
     assert f"{DATASETS / 'distmatch_sst2_topk_ppl.py'}: differs from what the generator writes" in proc.stderr
-    assert f"{LM_EVAL / 'distmatch_trec.yaml'}: missing" in proc.stderr
+    assert f"{NLU / 'distmatch_trec.yaml'}: missing" in proc.stderr
     assert proc.stderr.count("\n  ") == 2  # those two, nothing else
     assert edited.read_text(encoding="utf-8").count("It is great.") == 1  # --check writes nothing
 
@@ -140,15 +149,15 @@ def test_check_reports_a_generated_file_whose_task_left_the_table(
     generated_root: Path, tmp_path: Path
 ) -> None:
     tmp_path = _fresh_copy(generated_root, tmp_path)
-    shutil.copy(tmp_path / LM_EVAL / "distmatch_cr.yaml", tmp_path / LM_EVAL / "distmatch_gone.yaml")
-    (tmp_path / LM_EVAL / "_icl_template_yaml").write_text("# hand-written\n")  # not generated: ignored
+    shutil.copy(tmp_path / NLU / "distmatch_cr.yaml", tmp_path / NLU / "distmatch_gone.yaml")
+    (tmp_path / NLU / "_icl_template_yaml").write_text("# hand-written\n")  # not generated: ignored
     proc = _generate("--check", "--root", str(tmp_path))
     assert proc.returncode == 1
-    assert f"{LM_EVAL / 'distmatch_gone.yaml'}: generated, but its task is not in the table" in proc.stderr
+    assert f"{NLU / 'distmatch_gone.yaml'}: generated, but its task is not in the table" in proc.stderr
     assert "_icl_template_yaml" not in proc.stderr
     proc = _generate("--root", str(tmp_path))  # writing removes it
-    assert proc.returncode == 0 and not (tmp_path / LM_EVAL / "distmatch_gone.yaml").exists()
-    assert (tmp_path / LM_EVAL / "_icl_template_yaml").exists()
+    assert proc.returncode == 0 and not (tmp_path / NLU / "distmatch_gone.yaml").exists()
+    assert (tmp_path / NLU / "_icl_template_yaml").exists()
     assert _generate("--check", "--root", str(tmp_path)).returncode == 0
 
 

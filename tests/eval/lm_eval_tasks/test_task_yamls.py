@@ -33,7 +33,7 @@ def test_task_yaml_protocol_values() -> None:
 
     Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
     folder = REPO_ROOT / "eval_tasks" / "lm_eval_tasks"
-    div = yaml.load((folder / "_diversity_template_yaml").read_text(), Loader=Loader)
+    div = yaml.load((folder / "creative" / "_diversity_template_yaml").read_text(), Loader=Loader)
     assert div["repeats"] == 16 and div["filter_list"][0]["filter"][0] == {
         "function": "take_first_k",
         "k": 16,
@@ -46,12 +46,12 @@ def test_task_yaml_protocol_values() -> None:
         "top_p": 0.9,
         "max_gen_toks": 512,
     }
-    ifeval = yaml.load((folder / "distmatch_ifeval.yaml").read_text(), Loader=Loader)
+    ifeval = yaml.load((folder / "ifeval" / "distmatch_ifeval.yaml").read_text(), Loader=Loader)
     assert (
         ifeval["generation_kwargs"]["max_gen_toks"] == 1024
         and ifeval["generation_kwargs"]["do_sample"] is False
     )
-    group = yaml.load((folder / "distmatch_nlu.yaml").read_text(), Loader=Loader)
+    group = yaml.load((folder / "nlu" / "distmatch_nlu.yaml").read_text(), Loader=Loader)
     assert group["task"] == list(nlu.NLU_TASK_NAMES)
     assert group["aggregate_metric_list"] == [
         {"metric": "acc", "aggregation": "mean", "weight_by_size": False},
@@ -66,7 +66,7 @@ def test_diversity_yaml_sample_count_is_the_option_default() -> None:
 
     from eval_tasks.task_options import TASK_OPTIONS
 
-    text = (REPO_ROOT / "eval_tasks" / "lm_eval_tasks" / "_diversity_template_yaml").read_text()
+    text = (REPO_ROOT / "eval_tasks" / "lm_eval_tasks" / "creative" / "_diversity_template_yaml").read_text()
     div = yaml.safe_load(text.replace("!function ", ""))
     k = TASK_OPTIONS["num_samples"].default
     assert div["repeats"] == k and div["filter_list"] == [

@@ -1,0 +1,15 @@
+"""What this folder's YAMLs reference (``!function utils.<name>``); the code lives in
+:mod:`eval_tasks.lm_eval_tasks.code_harness`.
+
+lm-eval imports this file by its path, as a module of its own; importing from the installed package keeps one
+copy of the classes and caches (loaded encoders, Sentence-BERT models)."""
+
+from eval_tasks.lm_eval_tasks.code_harness import (
+    CodeTask,
+    load_code_dataset,
+)
+
+__all__ = [
+    "CodeTask",
+    "load_code_dataset",
+]
