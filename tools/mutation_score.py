@@ -130,14 +130,31 @@ def run_module(name: str, module: dict, defaults: dict, jobs: int) -> dict:
     return collect(name, module)
 
 
-def mutant_diff(dest: Path, mutant: str) -> str:
+#: Prints {mutant: diff} as JSON for the mutant names in argv, in one process (`mutmut show` is one per mutant).
+_DIFFS = """
+import json, sys
+from mutmut.__main__ import find_mutant, get_diff_for_mutant
+out = {}
+for name in sys.argv[1:]:
+    try:
+        out[name] = get_diff_for_mutant(name, path=find_mutant(name).path)
+    except Exception as err:  # a name mutmut no longer knows: no diff
+        out[name] = f"(no diff: {err!r})"
+print(json.dumps(out))
+"""
+
+
+def mutant_diffs(dest: Path, mutants: list[str]) -> dict[str, str]:
+    """mutmut's diff of each mutant, read in the module's scratch copy."""
+    if not mutants:
+        return {}
     out = subprocess.run(
-        [str(Path(sys.executable).parent / "mutmut"), "show", mutant],
-        cwd=dest,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-c", _DIFFS, *mutants], cwd=dest, capture_output=True, text=True, check=False
     )
-    return out.stdout.strip()
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {m: f"(no diff: {out.stderr[-500:]})" for m in mutants}
 
 
 def mutmut_failure(log: Path) -> str | None:
@@ -153,12 +170,10 @@ def mutmut_failure(log: Path) -> str | None:
     return None
 
 
-def still_equivalent(dest: Path, mutant: str, entry: dict) -> bool:
+def still_equivalent(diff: str, entry: dict) -> bool:
     """The listed mutant is still the one triaged: its diff adds the line the list names."""
     added = [
-        line[1:].strip()
-        for line in mutant_diff(dest, mutant).splitlines()
-        if line.startswith("+") and not line.startswith("+++")
+        line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")
     ]
     return entry["changed"].strip() in added
 
@@ -188,6 +203,8 @@ def collect(name: str, module: dict) -> dict:
     equivalent = load_equivalent()
     codes = json.loads(meta.read_text())["exit_code_by_key"]
     row["mutants"] = len(codes)
+    not_killed = [m for m, code in codes.items() if code in SURVIVED or code in NO_TESTS]
+    diffs = mutant_diffs(dest, not_killed)
     for mutant, code in sorted(codes.items()):
         if code in KILLED:
             row["killed"] += 1
@@ -196,7 +213,7 @@ def collect(name: str, module: dict) -> dict:
         elif code is None:
             row["unchecked"] += 1
         elif code in SURVIVED or code in NO_TESTS:
-            if mutant in equivalent and still_equivalent(dest, mutant, equivalent[mutant]):
+            if mutant in equivalent and still_equivalent(diffs[mutant], equivalent[mutant]):
                 row["equivalent"] += 1
             else:
                 row["survived"] += 1
@@ -207,7 +224,7 @@ def collect(name: str, module: dict) -> dict:
     row["score"] = 100.0 * (row["killed"] + row["timeout"]) / judged if judged else None
     with open(dest / "survivors.txt", "w") as f:
         for mutant in row["survivors"]:
-            f.write(f"### {mutant} (exit {codes[mutant]})\n{mutant_diff(dest, mutant)}\n\n")
+            f.write(f"### {mutant} (exit {codes[mutant]})\n{diffs[mutant]}\n\n")
     return row
 
 
