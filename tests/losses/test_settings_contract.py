@@ -143,12 +143,13 @@ def test_an_option_built_for_a_setting_checks_what_the_setting_checks(name: str)
         assert why == "one of " + ", ".join(repr(c) for c in choices)
 
 
-# --- Triton's CPU interpreter switch: TRITON_INTERPRET=1 -------------------------------------------------------
+# --- Triton's CPU interpreter switch: TRITON_INTERPRET, read as Triton reads it (knobs.env_bool) -----------------
 
 
-def test_the_interpreter_is_on_only_for_the_value_1(clean_env: pytest.MonkeyPatch) -> None:
-    assert triton_interpreter({"TRITON_INTERPRET": "1"}) is True
-    for off in ({}, {"TRITON_INTERPRET": "0"}, {"TRITON_INTERPRET": ""}):
+def test_the_interpreter_is_on_for_the_values_triton_reads_as_true(clean_env: pytest.MonkeyPatch) -> None:
+    for on in ("1", "true", "True", "ON", "on"):
+        assert triton_interpreter({"TRITON_INTERPRET": on}) is True, on
+    for off in ({}, {"TRITON_INTERPRET": "0"}, {"TRITON_INTERPRET": ""}, {"TRITON_INTERPRET": "no"}):
         assert triton_interpreter(off) is False
     assert triton_interpreter() is False  # no mapping: the process's environment
     clean_env.setenv("TRITON_INTERPRET", "1")

@@ -170,8 +170,10 @@ OPTIONS: tuple[Option, ...] = (
 
 
 def triton_interpreter(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether Triton runs its kernels in its CPU interpreter (`TRITON_INTERPRET=1`)."""
-    return (os.environ if environ is None else environ).get(TRITON_INTERPRET_ENV) == "1"
+    """Whether Triton runs its kernels in its CPU interpreter: `TRITON_INTERPRET` read as Triton reads its boolean
+    variables (1, true or on, in any case)."""
+    value = (os.environ if environ is None else environ).get(TRITON_INTERPRET_ENV, "")
+    return value.strip().lower() in ("1", "true", "on")
 
 
 __all__ = [
