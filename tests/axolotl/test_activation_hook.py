@@ -73,6 +73,19 @@ def test_hook_adds_the_plugin_for_a_resume_from_a_distmatch_checkpoint(tmp_path)
     assert hook.add_plugin({"base_model": "m", "output_dir": str(tmp_path / "elsewhere")}) == []
 
 
+def test_the_axolotl_hook_sees_a_distmatch_run_in_the_default_output_folder(tmp_path, monkeypatch):
+    """Axolotl writes to ./model-out when `output_dir` is unset: a plain run there is caught like any other."""
+    import distmatch_hooks.axolotl as hook
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model-out" / "checkpoint-3").mkdir(parents=True)
+    (tmp_path / "model-out" / "checkpoint-3" / "distmatch.json").write_text('{"loss": "emo"}')
+    cfg = {"base_model": "m"}
+    assert hook.add_plugin(cfg) == [
+        "output_dir (holds a distmatch run: ./model-out/checkpoint-3/distmatch.json)"
+    ]
+
+
 def test_a_plain_axolotl_run_into_a_distmatch_runs_folder_is_refused(
     assets, project_venv, warm_axolotl, tmp_path
 ) -> None:

@@ -168,3 +168,19 @@ def test_path_settings_reach_the_loss_from_the_options_or_the_environment(
             DistMatchConfigError, match="loss_grad_weight_accum='tiles' needs the Triton row kernel"
         ):
             loss_map["gem_ls"](_args(tmp_path), None)
+
+
+def test_the_loss_computes_with_its_own_settings_not_the_environment_at_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The settings are resolved when the loss is built and passed to every call: a variable changed later (here
+    to a kernel this CPU cannot run) does not reach the loss."""
+    from transformers.modeling_outputs import CausalLMOutput
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv(OPTIONS_ENV, '{"loss_kernels": "torch"}')
+    loss = loss_map["gem_ls"](_args(tmp_path), None)
+    monkeypatch.setenv("DISTMATCH_KERNELS", "triton")
+    labels = torch.tensor([[1, 2, 3, -100]])
+    value = loss(CausalLMOutput(logits=torch.randn(1, 4, 9)), labels, num_items_in_batch=None)
+    assert torch.isfinite(value)
