@@ -206,7 +206,7 @@ def _check_after_parsing(parser_class: type) -> None:
     def parse_args_and_config(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         try:
             result = original(self, *args, **kwargs)
-            check_parsed(result if isinstance(result, (tuple, list)) else [result])
+            check_parsed(result if isinstance(result, (tuple, list)) else [result], hold=True)
         except DistMatchConfigError as err:
             stderr_line(f"error: {err}")
             raise SystemExit(CONFIG_ERROR_STATUS) from None

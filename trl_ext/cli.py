@@ -57,11 +57,12 @@ def sft_worker(argv: Sequence[str] | None = None) -> None:
     train_sft(*args)
 
 
-def check_parsed(parsed: Sequence[Any]) -> None:
+def check_parsed(parsed: Sequence[Any], *, hold: bool = False) -> None:
     """Checks that need TRL's parsed dataclasses, run right after parsing (before anything is launched or loaded):
 
-    * no other run is writing the output folder (`trl_ext.output_lock`; only in the launcher or a single process,
-      which takes the folder's lock once the checks below pass and holds it for the training processes);
+    * no other run is writing the output folder (`trl_ext.output_lock`; only in the launcher or a single process;
+      with `hold`, what the launchers ask for, the folder's lock is taken once the checks below pass and held for
+      the training processes it starts);
     * `--resume_from_checkpoint DIR` is a checkpoint folder (not missing, not a model folder, not the output
       folder); a new run into an output folder holding another run's record is refused unless `--overwrite_run`
       (which removes that run's checkpoints);
@@ -85,7 +86,7 @@ def check_parsed(parsed: Sequence[Any]) -> None:
     if locks:
         check_output_dir_free(training.output_dir)
     _check_run(parsed, training)
-    if locks and training.output_dir is not None:
+    if hold and locks and training.output_dir is not None:
         lock_output_dir(training.output_dir, for_children=True)
 
 
@@ -153,7 +154,7 @@ def launch_sft(argv: Sequence[str], prog: str = "distmatch-trl sft") -> int:
     *dataclasses, config_unknown, cli_unknown = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
-    check_parsed(dataclasses)  # before anything is launched or loaded
+    check_parsed(dataclasses, hold=True)  # before anything is launched or loaded
     launch_args = resolve_accelerate_config_argument(config_unknown + cli_unknown)
     script_args = _remove_in_order(argv, cli_unknown)
     launch_command(launch_command_parser().parse_args([*launch_args, str(SFT_SCRIPT), *script_args]))

@@ -99,10 +99,12 @@ def test_the_launcher_checks_and_locks_the_folder_for_a_plain_run_the_hook_caugh
     try:
         assert holder.stdout.readline().strip() == "free"
         with pytest.raises(DistMatchConfigError, match="is being written by another training run"):
-            check_parsed([make_config(tmp_path, overwrite_run=True)])
+            check_parsed([make_config(tmp_path, overwrite_run=True)], hold=True)
     finally:
         holder.communicate("", timeout=60)
-    check_parsed([make_config(tmp_path)])
+    check_parsed([make_config(tmp_path)])  # a check only: the folder stays free
+    assert _probe(out) == "free"
+    check_parsed([make_config(tmp_path)], hold=True)
     assert _probe(out) == "busy"
     assert os.environ[output_lock.HOLDER_ENV] == f"{os.getpid()}:{out.resolve()}"
 
