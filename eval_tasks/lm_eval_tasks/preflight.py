@@ -142,9 +142,8 @@ def requested_splits(task_names: Iterable[str]) -> list[tuple[str, str, str]]:
             splits += [(key, nlu.MMLU.path, nlu.MMLU.test_split), (key, nlu.MMLU.path, nlu.MMLU.shot_split)]
         elif key == dataset_loading.IFEVAL["key"]:
             splits.append((key, dataset_loading.IFEVAL["path"], dataset_loading.IFEVAL["split"]))
-        elif (
-            key in code_tasks.CODE_TASKS
-        ):  # the base rows (HumanEval+'s, with code_tests: plus, are checked on load)
+        # the base rows (HumanEval+'s, with code_tests: plus, are checked on load)
+        elif key in code_tasks.CODE_TASKS:
             code = code_tasks.CODE_TASKS[key]
             splits.append((key, code.path, code.split))
     return list(dict.fromkeys(splits))
@@ -306,9 +305,8 @@ def preflight(
     check_code_confirmation(names, confirm_unsafe_code)
     check_model_options(names, metadata, os.environ)
     settings = check_generation_backend(names, metadata, model, os.environ)
-    if "chat_bon" in map(
-        family_of_task, _task_keys(names)
-    ):  # a causal LM as reward model: refused before sampling
+    # a causal LM as reward model: refused before sampling
+    if "chat_bon" in map(family_of_task, _task_keys(names)):
         from eval_tasks.best_of_n import check_reward_model_folder
 
         check_reward_model_folder(str(resolve("chat_bon", metadata)["reward_model"]))

@@ -25,9 +25,8 @@ class ReportError(ValueError):
 class RunData:
     name: str
     sources: list[str] = field(default_factory=list)
-    lm_eval: dict[str, dict[str, float]] = field(
-        default_factory=dict
-    )  # task -> metric -> value (paper scale)
+    # task -> metric -> value (paper scale)
+    lm_eval: dict[str, dict[str, float]] = field(default_factory=dict)
     #: task -> paper-protocol check of an lm-eval task (eval_tasks.protocols.paper_protocol_check)
     lm_eval_protocol: dict[str, dict[str, Any]] = field(default_factory=dict)
     diversity: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark/label -> entry

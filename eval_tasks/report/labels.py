@@ -60,8 +60,16 @@ SHORT_TITLES = {
 #: the NLU benchmarks in the papers' table order, from the task table (eval_tasks/nlu.py)
 NLU_ORDER = tuple(name.removeprefix("distmatch_") for name in NLU_TASK_NAMES)
 #: their column titles
-NLU_SHORT = {"tweet_emotion": "TE", "sst2": "SST-2", "trec": "TREC", "subj": "Subj", "cr": "CR", "rt": "RT",
-              "ag_news": "AG", "mmlu": "MMLU"}  # fmt: skip
+NLU_SHORT = {
+    "tweet_emotion": "TE",
+    "sst2": "SST-2",
+    "trec": "TREC",
+    "subj": "Subj",
+    "cr": "CR",
+    "rt": "RT",
+    "ag_news": "AG",
+    "mmlu": "MMLU",
+}
 
 
 def probe_tokens(d: dict[str, Any]) -> list[tuple[Any, str, float]]:

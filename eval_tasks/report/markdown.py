@@ -278,11 +278,17 @@ def nexttoken_section(
             if not stats:
                 continue
             benchmarks.add(entry.get("benchmark"))
-            rows.append([
-                bold(r.name), entry.get("benchmark") or Path(entry.get("data_file") or "?").name,
-                stats["perplexity"], f"{stats['mean_entropy']:.3f}", f"{stats['mean_top1_prob']:.4f}",
-                f"{stats['top1_accuracy']:.4f}", stats["num_tokens"],
-            ])  # fmt: skip
+            rows.append(
+                [
+                    bold(r.name),
+                    entry.get("benchmark") or Path(entry.get("data_file") or "?").name,
+                    stats["perplexity"],
+                    f"{stats['mean_entropy']:.3f}",
+                    f"{stats['mean_top1_prob']:.4f}",
+                    f"{stats['top1_accuracy']:.4f}",
+                    stats["num_tokens"],
+                ]
+            )
     if pub:
         for b in sorted(x for x in benchmarks if x and x in P.benchmarks()):
             for p in P.published_rows(b, model_filter):
@@ -345,14 +351,34 @@ def training_section(runs: list[RunData]) -> list[str]:
         if not r.training:
             continue
         s = training_summary(r.training)
-        rows.append([
-            bold(r.name), s["steps"], fmt(s["epoch"]), s["loss"], s["ce"], s["entropy"], s["mean_token_accuracy"],
-            s["eval_loss"], s["eval_ppl"], s["eval_entropy"],
-        ])  # fmt: skip
+        rows.append(
+            [
+                bold(r.name),
+                s["steps"],
+                fmt(s["epoch"]),
+                s["loss"],
+                s["ce"],
+                s["entropy"],
+                s["mean_token_accuracy"],
+                s["eval_loss"],
+                s["eval_ppl"],
+                s["eval_entropy"],
+            ]
+        )
     if not rows:
         return []
-    header = ["run", "steps", "epoch", "train loss", "train CE", "train entropy", "token acc", "eval loss",
-              "eval ppl", "eval entropy"]  # fmt: skip
+    header = [
+        "run",
+        "steps",
+        "epoch",
+        "train loss",
+        "train CE",
+        "train entropy",
+        "token acc",
+        "eval loss",
+        "eval ppl",
+        "eval entropy",
+    ]
     return [
         "## Training",
         "",

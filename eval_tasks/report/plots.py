@@ -78,8 +78,11 @@ def accuracy_plot(runs: list[RunData], out: Path) -> Path | None:
                 P.benchmarks()[b]["metrics"] if b else (["acc"] if "acc" in metrics else sorted(metrics)[:1])
             )
             for m in wanted:
-                label = (NLU_SHORT.get(b or "", task.removeprefix("distmatch_")) if m == "acc" else
-                         f"{task.removeprefix('distmatch_')}\n{METRIC_TITLES.get(m, m)}")  # fmt: skip
+                label = (
+                    NLU_SHORT.get(b or "", task.removeprefix("distmatch_"))
+                    if m == "acc"
+                    else f"{task.removeprefix('distmatch_')}\n{METRIC_TITLES.get(m, m)}"
+                )
                 if m in metrics and (label, task, m) not in entries:
                     entries.append((label, task, m))
     if not entries:

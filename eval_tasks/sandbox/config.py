@@ -62,16 +62,14 @@ class InitConfig:
     real_root: bool  #: started as root: the program runs as UID_BASE + the launcher's PID (else: in a user namespace)
     python: str  #: the programs' interpreter
     prefixes: tuple[str, ...]  #: the interpreter's prefixes, shown read-only when not under /usr
-    packages: tuple[
-        str, ...
-    ]  #: the launcher's site-packages (read-only and PYTHONPATH) for another interpreter
+    #: the launcher's site-packages (read-only and PYTHONPATH) for another interpreter
+    packages: tuple[str, ...]
     nonce_fd: (
         int  #: the inherited pipe holding this run's nonce (read by the runner after the program returned)
     )
     verdict_fd: int  #: the inherited pipe the runner writes "started" and then the nonce to
-    pieces: tuple[
-        tuple[int, int], ...
-    ]  #: each piece of the program: its length, its first line's number less one
+    #: each piece of the program: its length, its first line's number less one
+    pieces: tuple[tuple[int, int], ...]
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -30,8 +30,27 @@ def test_prompts_generate_export(tmp_path: Path) -> None:
         "Below is an instruction that describes a task. Write a response that appropriately completes the "
         "request.\n\n### Instruction:\nWrite a haiku about rain.\n\n### Response:"
     )
-    assert main(["generate", "--model", str(model), "--prompts", str(prompts), "-o", str(out), "-k", "1",
-                 "--max-new-tokens", "4", "--no-progress", "--device", "cpu"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(model),
+                "--prompts",
+                str(prompts),
+                "-o",
+                str(out),
+                "-k",
+                "1",
+                "--max-new-tokens",
+                "4",
+                "--no-progress",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert rows[0]["meta"]["chat_template"] is False  # the Alpaca format, not the tokenizer's chat template
     argv = [

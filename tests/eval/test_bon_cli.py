@@ -74,8 +74,12 @@ def test_voting_reads_an_fbox_gold_and_refuses_a_solution_without_a_box(
     rows = [
         {"prompt": "p0", "solution": "so $\\fbox{4}$", "samples": ["The answer is: 4", "The answer is: 5"]},
         {"prompt": "p1", "solution": "$\\fbox{ \\frac{1}{2} }$", "samples": ["no", "The answer is: 0.5"]},
-        {"prompt": "p2", "solution": "\\boxed{3} beside \\fbox{4}", "samples": ["The answer is: 4", "The answer is: 3"]},
-    ]  # fmt: skip
+        {
+            "prompt": "p2",
+            "solution": "\\boxed{3} beside \\fbox{4}",
+            "samples": ["The answer is: 4", "The answer is: 3"],
+        },
+    ]
     math = _write_jsonl(tmp_path / "math.jsonl", rows)
     out = tmp_path / "m.json"
     assert cli.main(["voting", "--samples", str(math), "--task", "math", "-o", str(out)]) == 0

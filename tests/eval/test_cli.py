@@ -69,10 +69,17 @@ def _generate(model: Path, prompts: Path, out: Path, *extra: str) -> int:
 
 def _trainer_state(path: Path, base: float) -> Path:
     history = [
-        {"step": s, "epoch": s / 10, "loss": base - 0.1 * s, "ce": base - 0.1 * s, "entropy": 2 + 0.05 * s,
-         "mean_token_accuracy": 0.1 * s, "learning_rate": 1e-4}
+        {
+            "step": s,
+            "epoch": s / 10,
+            "loss": base - 0.1 * s,
+            "ce": base - 0.1 * s,
+            "entropy": 2 + 0.05 * s,
+            "mean_token_accuracy": 0.1 * s,
+            "learning_rate": 1e-4,
+        }
         for s in range(1, 6)
-    ]  # fmt: skip
+    ]
     history.append(
         {"step": 5, "epoch": 0.5, "eval_loss": base - 0.3, "eval_ce": base - 0.3, "eval_entropy": 2.4}
     )
@@ -127,10 +134,23 @@ def test_end_to_end_generate_diversity_nexttoken_report(models, prompts_file, tm
         from tests.helpers.tiny_model import write_sft_jsonl
 
         write_sft_jsonl(data_file, n=6)
-        assert run_cli(
-            "nexttoken", "--model", model, "--data", data_file, "-o", out / "nexttoken.json",
-            "--benchmark", "ultrafeedback_test", "--top-k", "5", "--no-progress",
-        ) == 0  # fmt: skip
+        assert (
+            run_cli(
+                "nexttoken",
+                "--model",
+                model,
+                "--data",
+                data_file,
+                "-o",
+                out / "nexttoken.json",
+                "--benchmark",
+                "ultrafeedback_test",
+                "--top-k",
+                "5",
+                "--no-progress",
+            )
+            == 0
+        )
         write_lm_eval_results(
             out / "lm_eval" / "results_2026.json", {"distmatch_sst2": 0.5, "distmatch_trec": 0.25}
         )
@@ -170,12 +190,22 @@ def test_end_to_end_generate_diversity_nexttoken_report(models, prompts_file, tm
         _check_png(report_dir / f"{name}.png")
     md = (report_dir / "report.md").read_text()
     for needle in (
-        "**ce**", "**gem**", "SST-2", "TREC", "EMO · LLaMa-7B [EMO Table 3]", "CE · Llama-3-8B [GEM Table 2]",
-        "GEM repo", "![Diversity per metric](diversity.png)", "![Accuracy per task](accuracy.png)",
-        "![Next-token distributions](next_token.png)", "![Training curves](training.png)",
-        "Differences from the GEM evaluation protocol", "Sources of the published numbers", "(gem-compat)",
+        "**ce**",
+        "**gem**",
+        "SST-2",
+        "TREC",
+        "EMO · LLaMa-7B [EMO Table 3]",
+        "CE · Llama-3-8B [GEM Table 2]",
+        "GEM repo",
+        "![Diversity per metric](diversity.png)",
+        "![Accuracy per task](accuracy.png)",
+        "![Next-token distributions](next_token.png)",
+        "![Training curves](training.png)",
+        "Differences from the GEM evaluation protocol",
+        "Sources of the published numbers",
+        "(gem-compat)",
         "CE · Llama-3-8B [GEM Sec. 5.1 text]",
-    ):  # fmt: skip
+    ):
         assert needle in md, needle
     assert "| run | SST-2 | TREC |" in md and "| **ce** | 50.00 | 25.00 |" in md  # lm-eval fractions x100
     report = json.loads((report_dir / "report.json").read_text())
@@ -184,8 +214,11 @@ def test_end_to_end_generate_diversity_nexttoken_report(models, prompts_file, tm
     assert report["runs"][1]["training"]["loss"] == pytest.approx(2.9)
     # the separately computed MAUVE joins the same samples' other metrics in one row
     assert set(report["runs"][0]["diversity"]["gem_poem"]["metrics"]) == {
-        "ngram_diversity", "self_bleu_diversity", "sbert_diversity", "mauve"
-    }  # fmt: skip
+        "ngram_diversity",
+        "self_bleu_diversity",
+        "sbert_diversity",
+        "mauve",
+    }
     assert set(report["runs"][1]["diversity"]) == {"gem_poem", "gem_poem (gem-compat)"}
 
     # --published-model filters the papers' rows; --no-published drops them
@@ -318,14 +351,22 @@ def _write_samples(path: Path, records: list[dict]) -> Path:
 @pytest.mark.parametrize(
     ("records", "extra", "message"),
     [
-        ([{"id": 0, "samples": ["a b", "c d"]}, {"id": 1, "samples": ["only one"]}], [], r"prompt #1 \(id=1\).*at least 2 samples"),
+        (
+            [{"id": 0, "samples": ["a b", "c d"]}, {"id": 1, "samples": ["only one"]}],
+            [],
+            r"prompt #1 \(id=1\).*at least 2 samples",
+        ),
         ([{"id": 0, "samples": ["a b", ""]}], [], r"empty.*--allow-empty"),
         ([{"id": 0, "responses": ["a", "b"]}], [], r"no 'samples' list"),
         ([{"id": 0, "samples": ["a b", "c d"]}], ["--metrics", "ngram,bleurt"], r"unknown \['bleurt'\]"),
-        ([{"id": 0, "samples": ["a b", "c d"]}], ["--metrics", "sbert", "--sbert-model", "./no/such/model"], r"does not exist"),
+        (
+            [{"id": 0, "samples": ["a b", "c d"]}],
+            ["--metrics", "sbert", "--sbert-model", "./no/such/model"],
+            r"does not exist",
+        ),
         ([{"id": 0, "samples": ["a b", "c d"]}], ["--metrics", "mauve"], r"needs human references"),
     ],
-)  # fmt: skip
+)
 def test_diversity_bad_input(tmp_path, capsys, records, extra, message) -> None:
     path = _write_samples(tmp_path / "s.jsonl", records)
     assert run_cli("diversity", path, "--no-progress", *extra) == 2
@@ -437,9 +478,20 @@ def test_generate_refuses_an_existing_output_unless_overwrite(
         (["--model", "gem"], "--model recorded "),
         (["--prompts", "copy"], "--prompts recorded "),
     ],
-    ids=["k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "min_new_tokens", "chat_template", "benchmark", "model",
-         "prompts"],
-)  # fmt: skip
+    ids=[
+        "k",
+        "temperature",
+        "top_k",
+        "top_p",
+        "max_new_tokens",
+        "seed",
+        "min_new_tokens",
+        "chat_template",
+        "benchmark",
+        "model",
+        "prompts",
+    ],
+)
 def test_generate_resume_refuses_other_settings(
     models, prompts_file, tmp_path, capsys, model_loads, flags, named
 ) -> None:

@@ -182,107 +182,6 @@ def test_allow_empty_scores_a_prompt_of_empty_samples_0(
 # Sentence-BERT diversity per prompt when some prompts' samples are all empty
 
 
-def _official_sbert_diversity(texts: list[str]) -> float:
-    """GEM's SentBertDiversity of one prompt (evaluation_diversity.py of liziniu/GEM, as in
-    test_gem_diversity_protocol.py): every text embedded on its own, the cosine of every pair j < i, 100 x (1 - their
-    mean); with the offline default model."""
-    import numpy as np
-
-    from eval_tasks import metrics as M
-
-    model = M.load_sbert(None)
-    emb = [np.asarray(model.encode(t), dtype=np.float64) for t in texts]
-    sims = [
-        float(emb[i] @ emb[j] / (np.linalg.norm(emb[i]) * np.linalg.norm(emb[j])))
-        for i in range(len(emb))
-        for j in range(i)
-    ]
-    return 100 * (1 - sum(sims) / len(sims))
-
-
-#: Prompts of different sample counts, all-empty ones first, in the middle (two in a row) and last: a prompt's
-#: Sentence-BERT block must hold its own samples whatever comes before it.
-MIXED = [
-    {"id": "blank0", "prompt": PROMPTS[0], "samples": ["", " "]},
-    {"id": "sea", "prompt": PROMPTS[0], "samples": ["the sea is blue and deep", "waves on the old stone", "gulls"]},
-    {"id": "blank1", "prompt": PROMPTS[1], "samples": ["", "\n", "  ", ""]},
-    {"id": "blank2", "prompt": PROMPTS[1], "samples": ["", ""]},
-    {"id": "night", "prompt": PROMPTS[1], "samples": ["a quiet night with stars", "the night is cold"]},
-    {"id": "road", "prompt": PROMPTS[2], "samples": ["an old road in the rain", "the road goes on", "dust",
-                                                     "a road of stones"]},
-    {"id": "blank3", "prompt": PROMPTS[2], "samples": ["\t", "", " "]},
-]  # fmt: skip
-
-
-@pytest.mark.parametrize("scoring", ["response", "prompt+response"])
-def test_sbert_per_prompt_with_all_empty_prompts_between_others(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], scoring: str
-) -> None:
-    """docs/evaluation.md: Sentence-BERT diversity of a prompt is 100 x (1 - mean cosine over the pairs of its K
-    samples' embeddings), the corpus value the mean over prompts; with --allow-empty a prompt whose samples are all
-    empty scores 0 on every metric, is marked all_empty and counts in the mean. Scored text: the response, or the
-    prompt followed by it (prompt+response, GEM's script); the samples decide whether a prompt is all empty."""
-    path = _write_jsonl(tmp_path / "mixed.jsonl", MIXED)
-    out = tmp_path / "d.json"
-    argv = ["diversity", path, "--allow-empty", "--scoring", scoring, "--no-progress", "-o", out]
-    assert run_cli(*argv) == 0
-    assert "4 prompt(s) with only empty samples scored 0 on every metric" in capsys.readouterr().err
-    result = json.loads(out.read_text())
-    rows = {row["id"]: row for row in result["per_prompt"]}
-    assert [row["id"] for row in result["per_prompt"]] == [r["id"] for r in MIXED]
-    expected = {}
-    for record in MIXED:
-        row = rows[record["id"]]
-        assert row["num_samples"] == len(record["samples"])
-        if record["id"].startswith("blank"):
-            assert row.get("all_empty") is True, row
-            assert (row["ngram_diversity"], row["self_bleu_diversity"], row["sbert_diversity"]) == (
-                0,
-                0,
-                0,
-            ), row
-            expected[record["id"]] = 0.0
-        else:
-            assert "all_empty" not in row, row
-            prefix = record["prompt"] + "\n" if scoring == "prompt+response" else ""
-            expected[record["id"]] = _official_sbert_diversity([prefix + s for s in record["samples"]])
-            assert row["sbert_diversity"] == pytest.approx(expected[record["id"]], abs=1e-4), record["id"]
-    assert result["metrics"]["sbert_diversity"] == pytest.approx(
-        sum(expected.values()) / len(MIXED), abs=1e-4
-    )
-    for key in ("ngram_diversity", "self_bleu_diversity"):  # the other two: the mean over all 7 prompts too
-        assert result["metrics"][key] == pytest.approx(sum(r[key] for r in rows.values()) / len(MIXED)), key
-    assert result["settings"]["all_empty_prompts"] == 4
-    # Each prompt's value does not depend on the prompts around it: the file of the non-empty prompts alone agrees.
-    alone = _write_jsonl(tmp_path / "alone.jsonl", [r for r in MIXED if not r["id"].startswith("blank")])
-    assert run_cli("diversity", alone, "--scoring", scoring, "--no-progress", "-o", tmp_path / "a.json") == 0
-    for row in json.loads((tmp_path / "a.json").read_text())["per_prompt"]:
-        assert row["sbert_diversity"] == pytest.approx(rows[row["id"]]["sbert_diversity"], abs=1e-5), row[
-            "id"
-        ]
-
-
-def test_the_lm_eval_tasks_score_an_all_empty_prompt_0_also_after_its_prompt() -> None:
-    """The creative-writing tasks' per-prompt scores (diversity_scores, which DiversityTask.process_results calls):
-    the same rule, with scoring: prompt+response (the prompt as the model saw it before each sample) too."""
-    from eval_tasks.creative import diversity_scores
-
-    zeros = {"ngram_diversity": 0.0, "self_bleu_diversity": 0.0, "sbert_diversity": 0.0}
-    assert diversity_scores(["", " ", "\n"]) == zeros
-    assert diversity_scores(["", " ", "\n"], prefix="<|user|>Write a poem<|assistant|>") == zeros
-    samples = MIXED[1]["samples"]
-    prefix = "<|user|>" + MIXED[1]["prompt"] + "<|assistant|>"
-    scores = diversity_scores(samples, prefix=prefix)
-    assert scores["sbert_diversity"] == pytest.approx(
-        _official_sbert_diversity([prefix + s for s in samples]), abs=1e-4
-    )
-    assert scores == diversity_scores([prefix + s for s in samples])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# GSM8K answers beyond float range
-
-
 def test_voting_records_no_answer_for_a_number_beyond_float_range(tmp_path: Path) -> None:
     huge = "The answer is -" + "1" * 400
     rows = [
@@ -302,8 +201,13 @@ def test_voting_records_no_answer_for_a_number_beyond_float_range(tmp_path: Path
     assert run_cli("voting", "--samples", path, "--task", "gsm8k", "-o", out) == 0
     # q0 answers None, 7, None; q1 3, None, 3. k=1: MV/BON q1 only -> 50; k=2: MV q0 tie None/7 -> None, BON 100.
     assert json.loads(out.read_text())["curve"] == {
-        "mv@1": 50.0, "bon@1": 50.0, "mv@2": 50.0, "bon@2": 100.0, "mv@3": 50.0, "bon@3": 100.0,
-    }  # fmt: skip
+        "mv@1": 50.0,
+        "bon@1": 50.0,
+        "mv@2": 50.0,
+        "bon@2": 100.0,
+        "mv@3": 50.0,
+        "bon@3": 100.0,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -399,8 +303,9 @@ def test_a_prompt_longer_than_the_context_keeps_its_last_tokens_as_lm_eval_does(
     tokenizer = AutoTokenizer.from_pretrained(model)
     # lm-eval: the whole context encoded (the chat template, or the text with the tokenizer's special tokens), then
     # its last max_length - max_gen_toks tokens
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": long_text}], tokenize=False,
-                                         add_generation_prompt=True)  # fmt: skip
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": long_text}], tokenize=False, add_generation_prompt=True
+    )
     for key, whole in (("long", tokenizer(chat, add_special_tokens=False)), ("raw", tokenizer(long_text))):
         kept = whole["input_ids"][-250:]
         assert len(whole["input_ids"]) > 1000 and records[key]["input_truncated"] is True
@@ -421,8 +326,23 @@ def test_max_new_tokens_that_leave_no_room_for_the_prompt_are_refused(
     prompts = _write_jsonl(tmp_path / "p.jsonl", [{"id": 0, "prompt": PROMPTS[0]}])
     out = tmp_path / "o.jsonl"
     for tokens in ("512", "256"):
-        assert run_cli("generate", "--model", model, "--prompts", prompts, "-o", out, "-k", "2",
-                       "--max-new-tokens", tokens, "--no-progress") == 2  # fmt: skip
+        assert (
+            run_cli(
+                "generate",
+                "--model",
+                model,
+                "--prompts",
+                prompts,
+                "-o",
+                out,
+                "-k",
+                "2",
+                "--max-new-tokens",
+                tokens,
+                "--no-progress",
+            )
+            == 2
+        )
         line = _one_error_line(capsys, "generate")
         assert line == (
             f"distmatch-eval generate: error: --max-new-tokens {tokens}: {model} has a context of 256 tokens "
@@ -438,8 +358,14 @@ def _peak_rss_mb(argv: list[str], cwd: Path, limit_mb: int) -> tuple[int, int, s
     import signal
     import time
 
-    proc = subprocess.Popen(argv, cwd=cwd, env={"PATH": "/usr/bin:/bin", **OFFLINE_ENV},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin", **OFFLINE_ENV},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     peak, started = 0, time.monotonic()
     while proc.poll() is None:
         try:
@@ -469,8 +395,23 @@ def test_a_huge_one_line_prompt_costs_what_its_kept_tokens_cost(model: Path, tmp
     short = _write_jsonl(tmp_path / "short.jsonl", [{"id": "short", "prompt": PROMPTS[0]}])
     runs = {}
     for name, prompts in (("short", short), ("huge", huge)):
-        argv = [sys.executable, "-m", "eval_tasks.cli", "generate", "--model", str(model), "--prompts", str(prompts),
-                "-o", str(tmp_path / f"{name}.out.jsonl"), "-k", "2", "--max-new-tokens", "6", "--no-progress"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "eval_tasks.cli",
+            "generate",
+            "--model",
+            str(model),
+            "--prompts",
+            str(prompts),
+            "-o",
+            str(tmp_path / f"{name}.out.jsonl"),
+            "-k",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--no-progress",
+        ]
         runs[name] = _peak_rss_mb(argv, REPO_ROOT, limit_mb=runs["short"][1] + 400 if runs else 4000)
         assert runs[name][0] == 0, (name, runs[name])
     assert runs["huge"][1] < runs["short"][1] + 400, runs

@@ -127,8 +127,23 @@ def _wikitext_samples(root: Path, path: Path, model: Path) -> None:
             for i, w in enumerate(("north", "west", "blue"))
         ],
     )
-    code, err = _run_cli(["generate", "--model", str(model), "--prompts", str(prompts), "-o", str(path), "-k", "3",
-                          "--max-new-tokens", "12", "--no-progress"], root)  # fmt: skip
+    code, err = _run_cli(
+        [
+            "generate",
+            "--model",
+            str(model),
+            "--prompts",
+            str(prompts),
+            "-o",
+            str(path),
+            "-k",
+            "3",
+            "--max-new-tokens",
+            "12",
+            "--no-progress",
+        ],
+        root,
+    )
     assert code == 0, err
 
 
@@ -139,8 +154,16 @@ def _reward_model(path: Path, model: Path) -> None:
 
     tok = AutoTokenizer.from_pretrained(model)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=tok.pad_token_id)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+    )
     LlamaForSequenceClassification(config).save_pretrained(path)
     tok.save_pretrained(path)
 
@@ -268,8 +291,10 @@ def test_documented_distmatch_eval_command_runs(command: DocCommand, eval_runs) 
         assert records and all(len(r["samples"]) == args.num_samples for r in records)
     if args.command == "diversity":
         metrics = json.loads((root / _outputs(args)[0]).read_text())["metrics"]
-        assert all(isinstance(metrics.get(m if m == "mauve" else f"{m}_diversity"), float)
-                   for m in args.metrics.split(",")), metrics  # fmt: skip
+        assert all(
+            isinstance(metrics.get(m if m == "mauve" else f"{m}_diversity"), float)
+            for m in args.metrics.split(",")
+        ), metrics
     if args.command in ("voting", "reward"):
         result = json.loads((root / args.output).read_text())
         assert result["num_samples"] == 4 and len(result["curve"]) == 8, result  # 2 metrics x k = 1..4

@@ -129,8 +129,11 @@ def test_sampling_settings_and_prompt_counts_equal_the_paper() -> None:
     from tests.helpers.env import REPO_ROOT
 
     text = " ".join(line for line in PAPER_TEXT.read_text().splitlines() if not line.startswith("#"))
-    sampling = re.search(r"generate (\d+) samples using the decoding configuration temperature=(\d+), "
-                         r"top_k=(\d+), and top_p=(\d+(?:\.\d+)?)", text)  # fmt: skip
+    sampling = re.search(
+        r"generate (\d+) samples using the decoding configuration temperature=(\d+), "
+        r"top_k=(\d+), and top_p=(\d+(?:\.\d+)?)",
+        text,
+    )
     max_tokens = re.search(r"maximum number of generation tokens is set to (\d+)", text)
     poems = re.search(r"which includes (\d+) poems", text)
     stories = re.search(r"we create (\d+) prompts based on the ROC Story", text)
@@ -152,8 +155,11 @@ def test_sampling_settings_and_prompt_counts_equal_the_paper() -> None:
     assert (config["repeats"], config["filter_list"][0]["filter"][0]["k"]) == (paper["num_samples"],) * 2
     assert gen["do_sample"] is True
     assert (gen["temperature"], gen["top_k"], gen["top_p"], gen["max_gen_toks"]) == (
-        paper["temperature"], paper["top_k"], paper["top_p"], paper["max_new_tokens"]
-    )  # fmt: skip
+        paper["temperature"],
+        paper["top_k"],
+        paper["top_p"],
+        paper["max_new_tokens"],
+    )
     counts = {"gem_poem": int(poems[1]), "gem_story": int(stories[1])}
     assert {b: benchmarks()[b]["num_prompts"] for b in counts} == counts
     assert len(creative_documents("poem")) == counts["gem_poem"]

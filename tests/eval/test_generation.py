@@ -55,10 +55,20 @@ def test_generation_meta() -> None:
         num_prompts_in_file=9,
     )
     assert list(meta) == [
-        "model", "backend", "num_samples", "temperature", "top_k", "top_p", "max_new_tokens", "min_new_tokens",
+        "model",
+        "backend",
+        "num_samples",
+        "temperature",
+        "top_k",
+        "top_p",
+        "max_new_tokens",
+        "min_new_tokens",
         "seed",
-        "chat_template_mode", "benchmark", "prompts_file", "num_prompts_in_file",
-    ]  # fmt: skip
+        "chat_template_mode",
+        "benchmark",
+        "prompts_file",
+        "num_prompts_in_file",
+    ]
     assert meta["chat_template_mode"] == "auto"  # the --chat-template flag (the default)
     assert (meta["num_samples"], meta["seed"], meta["top_k"], meta["num_prompts_in_file"]) == (4, 7, 50, 9)
 
@@ -108,8 +118,9 @@ def test_prompt_limit_is_the_context_less_the_new_tokens(tiny) -> None:
     assert G.context_length(types.SimpleNamespace(text_config=text, n_positions=77), tokenizer)[0] == 1024
     bare = types.SimpleNamespace()
     assert G.context_length(bare, types.SimpleNamespace(model_max_length=4096)) == (
-        4096, "model_max_length of its tokenizer"
-    )  # fmt: skip
+        4096,
+        "model_max_length of its tokenizer",
+    )
     assert (
         G.context_length(bare, types.SimpleNamespace(model_max_length=int(1e30)))[0]
         == G.LM_EVAL_DEFAULT_CONTEXT

@@ -415,9 +415,13 @@ def test_published_numbers_have_sources_and_known_benchmarks() -> None:
         (hit,) = [
             r["value"]
             for r in rows
-            if r["paper"].startswith(paper) and r["table"] == table and r["benchmark"] == benchmark
-            and r["metric"] == metric and r["method"] == method and r["base_model"] == model
-        ]  # fmt: skip
+            if r["paper"].startswith(paper)
+            and r["table"] == table
+            and r["benchmark"] == benchmark
+            and r["metric"] == metric
+            and r["method"] == method
+            and r["base_model"] == model
+        ]
         return hit
 
     # spot checks against the papers' tables

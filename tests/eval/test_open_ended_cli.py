@@ -77,14 +77,48 @@ def test_prompts_generate_score_end_to_end(tiny, tmp_path, capsys) -> None:
     out = tmp_path / "s.jsonl"
     flags = O.decoding_flags(O.CORPORA["wikitext2"], rounds=2)
     flags[flags.index("--min-new-tokens") + 1], flags[flags.index("--max-new-tokens") + 1] = "8", "9"
-    assert main(["generate", "--model", str(tiny), "--prompts", str(prompts), "-o", str(out), "--no-progress",
-                 "--device", "cpu", "--dtype", "float32", "--batch-size", "8", *flags]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(tiny),
+                "--prompts",
+                str(prompts),
+                "-o",
+                str(out),
+                "--no-progress",
+                "--device",
+                "cpu",
+                "--dtype",
+                "float32",
+                "--batch-size",
+                "8",
+                *flags,
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert rows[0]["meta"]["min_new_tokens"] == 8 and rows[0]["meta"]["top_k"] == 0
     assert all(s for r in rows for s in r["samples"])  # forced length: no empty continuation
     result_file = tmp_path / "r.json"
-    argv = ["open-ended", "score", str(out), str(out), "--featurizer", f"lm:{tiny}", "--oracle", str(tiny),
-            "--max-text-length", "32", "--device", "cpu", "-o", str(result_file)]  # fmt: skip
+    argv = [
+        "open-ended",
+        "score",
+        str(out),
+        str(out),
+        "--featurizer",
+        f"lm:{tiny}",
+        "--oracle",
+        str(tiny),
+        "--max-text-length",
+        "32",
+        "--device",
+        "cpu",
+        "-o",
+        str(result_file),
+    ]
     assert main(argv) == 0
     result = json.loads(result_file.read_text())
     assert result["protocol"] == "emo_official" and result["max_text_length"] == 32
@@ -98,18 +132,20 @@ def test_prompts_generate_score_end_to_end(tiny, tmp_path, capsys) -> None:
     assert all(0 < r["mauve"] <= 100 and 0 <= r["rouge1"] <= 100 and r["oracle_ppl"] > 1 for r in rounds)
     # P vs P: the references scored as their own model texts give MAUVE 100 and ROUGE 100
     same = tmp_path / "same.jsonl"
-    same.write_text("".join(
-        json.dumps({**r, "samples": [r["reference"][len(r["prompt"]) + 1 :]] * 2}) + "\n" for r in rows
-    ))  # fmt: skip
+    same.write_text(
+        "".join(
+            json.dumps({**r, "samples": [r["reference"][len(r["prompt"]) + 1 :]] * 2}) + "\n" for r in rows
+        )
+    )
     self_score = O.score_files([str(same)], featurizer=f"lm:{tiny}", max_text_length=32, device="cpu")
     assert self_score["mauve"]["mean"] == pytest.approx(100.0) and self_score["rouge1"][
         "mean"
     ] == pytest.approx(100)
     _report_places_the_score_beside_table_1(result_file, result, tmp_path)
     other = tmp_path / "other.jsonl"  # another corpus's samples: one score of two corpora is refused
-    other.write_text("".join(
-        json.dumps({**r, "meta": {**r["meta"], "benchmark": "emo_lm_ptb"}}) + "\n" for r in rows
-    ))  # fmt: skip
+    other.write_text(
+        "".join(json.dumps({**r, "meta": {**r["meta"], "benchmark": "emo_lm_ptb"}}) + "\n" for r in rows)
+    )
     with pytest.raises(InputError, match="different corpora .*emo_lm_wikitext2.*emo_lm_ptb"):
         O.score_files([str(out), str(other)], featurizer=f"lm:{tiny}", max_text_length=32, device="cpu")
 
@@ -185,11 +221,18 @@ def test_report_keeps_the_open_ended_scales(tmp_path) -> None:
     from eval_tasks.report.collect import collect_run
 
     results = {
-        "results": {"distmatch_open_ended_ptb": {"alias": "ptb", "mauve,none": 81.5, "rouge1,none": 31.25,
-                                                 "rougeL,none": 20.5, "oracle_ppl,none": 55.0}},
+        "results": {
+            "distmatch_open_ended_ptb": {
+                "alias": "ptb",
+                "mauve,none": 81.5,
+                "rouge1,none": 31.25,
+                "rougeL,none": 20.5,
+                "oracle_ppl,none": 55.0,
+            }
+        },
         "configs": {"distmatch_open_ended_ptb": {"metadata": {}}},
         "versions": {},
-    }  # fmt: skip
+    }
     path = tmp_path / "results_x.json"
     path.write_text(json.dumps(results))
     run = collect_run("mine", [path])

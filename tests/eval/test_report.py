@@ -199,8 +199,13 @@ def test_build_report_files(tmp_path: Path) -> None:
         {"ce": [tmp_path / "ce"], "gem": [tmp_path / "gem"]}, tmp_path / "out", title="T", published=False
     )
     assert [p.name for p in written] == [
-        "report.md", "report.json", "accuracy.png", "diversity.png", "next_token.png", "training.png",
-    ]  # fmt: skip
+        "report.md",
+        "report.json",
+        "accuracy.png",
+        "diversity.png",
+        "next_token.png",
+        "training.png",
+    ]
     text = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert text.startswith("# T\n")
     assert (
@@ -220,9 +225,11 @@ def test_build_report_files(tmp_path: Path) -> None:
     assert data["runs"][1]["lm_eval"] == {"distmatch_sst2": {"acc": 62.5}}
     assert data["runs"][0]["training"]["eval_ppl"] == pytest.approx(5.0)
     assert data["plots"] == {
-        "accuracy": "accuracy.png", "diversity": "diversity.png", "next_token": "next_token.png",
+        "accuracy": "accuracy.png",
+        "diversity": "diversity.png",
+        "next_token": "next_token.png",
         "training": "training.png",
-    }  # fmt: skip
+    }
     with pytest.raises(ReportError, match="no runs given"):
         build_report({}, tmp_path / "out2")
 

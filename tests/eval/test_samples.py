@@ -101,17 +101,27 @@ def test_read_references_by_id(tmp_path: Path) -> None:
 
 
 def _meta(**changes: object) -> dict:
-    meta = {"model": "m", "backend": "hf", "num_samples": 3, "temperature": 1.0, "top_k": 50, "top_p": 0.9,
-            "max_new_tokens": 12, "seed": 42, "chat_template_mode": "auto", "benchmark": None,
-            "prompts_file": "p.jsonl", "num_prompts_in_file": 2}  # fmt: skip
+    meta = {
+        "model": "m",
+        "backend": "hf",
+        "num_samples": 3,
+        "temperature": 1.0,
+        "top_k": 50,
+        "top_p": 0.9,
+        "max_new_tokens": 12,
+        "seed": 42,
+        "chat_template_mode": "auto",
+        "benchmark": None,
+        "prompts_file": "p.jsonl",
+        "num_prompts_in_file": 2,
+    }
     return {**meta, **changes}
 
 
 def test_check_same_settings_names_each_mixed_setting(tmp_path: Path) -> None:
     same = [{"id": i, "samples": ["a", "b"], "meta": _meta(num_prompts_in_file=i + 1)} for i in range(3)]
-    S.check_same_settings(
-        same, tmp_path / "s.jsonl"
-    )  # num_prompts_in_file is not a setting (--limit, resumed)
+    # num_prompts_in_file is not a setting (--limit, resumed)
+    S.check_same_settings(same, tmp_path / "s.jsonl")
     S.check_same_settings(
         [{"id": 0, "samples": ["a", "b"]}, *same], "s.jsonl"
     )  # records without meta: no claim
@@ -142,9 +152,17 @@ def test_check_resume_refuses_other_settings_and_prompts(tmp_path: Path) -> None
         "recorded 50, requested 0. Resume with the recorded settings, write to another -o file, or pass "
         "--overwrite to replace it."
     )
-    for key, value in [("model", "other"), ("num_samples", 4), ("top_p", 0.8), ("max_new_tokens", 8),
-                       ("seed", 1), ("backend", "vllm"), ("chat_template_mode", "never"),
-                       ("benchmark", "gem_poem"), ("prompts_file", "q.jsonl")]:  # fmt: skip
+    for key, value in [
+        ("model", "other"),
+        ("num_samples", 4),
+        ("top_p", 0.8),
+        ("max_new_tokens", 8),
+        ("seed", 1),
+        ("backend", "vllm"),
+        ("chat_template_mode", "never"),
+        ("benchmark", "gem_poem"),
+        ("prompts_file", "q.jsonl"),
+    ]:
         with pytest.raises(
             S.InputError, match=rf"{S.SETTING_FLAGS[key]} recorded .*requested {json.dumps(value)}"
         ):

@@ -330,7 +330,7 @@ def test_adding_an_evaluation_task_takes_the_documented_files(copy: Path) -> Non
     nlu = copy / "eval_tasks" / "nlu.py"
     _edit(nlu, "        ),\n    )\n}\n", "        ),\n" + TOY_TASK)
     labels = copy / "eval_tasks" / "report" / "labels.py"
-    _edit(labels, '"mmlu": "MMLU"}', '"toy_topic": "Toy", "mmlu": "MMLU"}')
+    _edit(labels, '    "mmlu": "MMLU",\n}', '    "toy_topic": "Toy",\n    "mmlu": "MMLU",\n}')
     fixtures = copy / "tests" / "helpers" / "eval_fixtures.py"
     _edit(
         fixtures,

@@ -122,9 +122,8 @@ def test_reward_is_the_score_at_the_last_real_token(reward_model: Path) -> None:
     batched = scorer.score([short[0], long[0]], [short[1], long[1]])
     model = AutoModelForSequenceClassification.from_pretrained(reward_model).eval()
     text = scorer.text(*short)
-    assert "<|assistant|>" in text and text.index("ok") < text.rindex(
-        "<|assistant|>"
-    )  # GEM's trailing header
+    # GEM's trailing header
+    assert "<|assistant|>" in text and text.index("ok") < text.rindex("<|assistant|>")
     ids = scorer.tokenizer(text, return_tensors="pt", add_special_tokens=False)
     with torch.no_grad():
         alone = model(**ids).logits[0, 0].item()

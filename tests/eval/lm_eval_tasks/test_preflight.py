@@ -70,8 +70,11 @@ def test_options_a_task_does_not_read_table_checks() -> None:
     )
     assert "accepted for distmatch_sst2: default, emo_official" in message
     assert "num_samples=4 is not read by distmatch_sst2 (only by the creative writing tasks)" in message
-    with pytest.raises(DistMatchConfigError, match=r"not distmatch_creative \(creative writing\); accepted for "
-                       r"distmatch_nlu, distmatch_creative: default \(run the EMO NLU and the GEM"):  # fmt: skip
+    with pytest.raises(
+        DistMatchConfigError,
+        match=r"not distmatch_creative \(creative writing\); accepted for "
+        r"distmatch_nlu, distmatch_creative: default \(run the EMO NLU and the GEM",
+    ):
         check_options_apply(["distmatch_nlu", "distmatch_creative"], {"protocol": "emo_official"})
     with pytest.raises(DistMatchConfigError, match=r"data_dir='d' is not read by distmatch_poem_diversity"):
         check_options_apply(["distmatch_poem_diversity"], {"data_dir": "d"})
@@ -131,9 +134,8 @@ def test_options_a_task_does_not_read_refused_before_the_model_loads(
     # the control loads the model (and fails there): a cold start, as every command beyond a refusal
     proc = _run(cmd, env, workdir) if expected is None else warm_cli.run_in(cmd, workdir, env)
     output = proc.stdout + proc.stderr
-    if (
-        expected is None
-    ):  # the same command with valid options gets as far as loading the model, and fails there
+    # the same command with valid options gets as far as loading the model, and fails there
+    if expected is None:
         assert proc.returncode not in (0, 2) and "Initializing hf model" in output, output[-4000:]
         assert str(missing_model) in output and not any(x.startswith("error: ") for x in output.splitlines())
         assert TASK_INDEX_BUILT in output, output[-4000:]
@@ -142,9 +144,8 @@ def test_options_a_task_does_not_read_refused_before_the_model_loads(
     assert TASK_INDEX_BUILT not in output, output[-4000:]
     assert proc.returncode == 2 and "Traceback" not in output, output[-4000:]
     (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
-    assert line == output.strip().splitlines()[-1], output[
-        -4000:
-    ]  # the last thing printed: nothing ran after it
+    # the last thing printed: nothing ran after it
+    assert line == output.strip().splitlines()[-1], output[-4000:]
     assert line.startswith("error: distmatch task metadata: ") and expected in line, line
     assert (
         "Initializing hf model" not in output and str(missing_model) not in output

@@ -46,9 +46,8 @@ def layout(request, monkeypatch) -> Iterator[str]:
     if request.param == "interpreter_under_tmp":
         made = tempfile.mkdtemp(prefix="distmatch-test-venv-", dir="/tmp")
         venv = Path(made, "venv")
-        python = harness._interpreter(
-            os.geteuid() == 0
-        )  # the one the sandbox would run: its venv, under /tmp
+        # the one the sandbox would run: its venv, under /tmp
+        python = harness._interpreter(os.geteuid() == 0)
         subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
         monkeypatch.setenv(sandbox.PYTHON_ENV, str(venv / "bin" / "python"))
     elif request.param == "tmpdir_elsewhere":

@@ -445,9 +445,8 @@ HOLD_PROCESSES = (
 
 
 def test_parallel_sandboxes_each_have_their_own_process_budget(clean_host) -> None:
-    limits = sandbox.SandboxLimits(
-        processes=3
-    )  # the program and its two children, in each of 12 sandboxes at once
+    # the program and its two children, in each of 12 sandboxes at once
+    limits = sandbox.SandboxLimits(processes=3)
     results = sandbox.execute_many([HOLD_PROCESSES] * 12, 10.0, workers=12, limits=limits, allow=True)
     assert [r.reason for r in results] == ["passed"] * 12
 
