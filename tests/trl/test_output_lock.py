@@ -6,33 +6,15 @@ kernel does when a run ends)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.flock_probe import holder, probe
 from trl_ext import output_lock
 from trl_ext.checks import DistMatchConfigError
 
 pytest.importorskip("fcntl")
-
-#: A second interpreter trying the folder's lock without waiting: prints "free" or "busy".
-_PROBE = (
-    "import fcntl, os, sys\n"
-    "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
-    "try:\n"
-    "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
-    "    print('free')\n"
-    "except OSError:\n"
-    "    print('busy')\n"
-)
-
-
-def _probe(folder: Path) -> str:
-    return subprocess.run(
-        [sys.executable, "-c", _PROBE, str(folder)], capture_output=True, text=True, timeout=60, check=True
-    ).stdout.strip()
 
 
 @pytest.fixture
@@ -57,27 +39,16 @@ def test_within_one_process_the_locked_folder_stays_usable_under_any_spelling(tm
 def test_another_process_is_refused_while_the_lock_is_held_and_free_after(tmp_path, release):
     out = tmp_path / "out"
     output_lock.lock_output_dir(out)
-    assert _probe(out) == "busy"
+    assert probe(out) == "busy"
     os.close(output_lock._HELD.pop(str(out.resolve())))  # the run ends
-    assert _probe(out) == "free"
+    assert probe(out) == "free"
 
 
 def test_a_folder_another_process_holds_is_refused_in_one_line(tmp_path, release):
     out = tmp_path / "out"
     out.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _PROBE.replace("print('free')", "print('free', flush=True); sys.stdin.read()"),
-            str(out),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    held = holder(out)  # it holds the lock now
     try:
-        assert holder.stdout.readline().strip() == "free"  # it holds the lock now
         for take in (output_lock.check_output_dir_free, output_lock.lock_output_dir):
             with pytest.raises(
                 DistMatchConfigError, match="is being written by another training run"
@@ -85,7 +56,7 @@ def test_a_folder_another_process_holds_is_refused_in_one_line(tmp_path, release
                 take(str(out))
             assert "\n" not in str(caught.value)
     finally:
-        holder.communicate("", timeout=60)
+        held.communicate("", timeout=60)
     output_lock.check_output_dir_free(str(out))  # released with the holder
     output_lock.check_output_dir_free(str(tmp_path / "missing"))  # no folder: nothing to check
     output_lock.check_output_dir_free(None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from distmatch.errors import DistMatchConfigError
+from tests.helpers.flock_probe import holder, probe
 from tests.helpers.sft import make_config
 from trl_ext import output_lock
 from trl_ext.cli import check_parsed
@@ -29,24 +29,6 @@ from trl_ext.losses.row_backends import kernel_unavailable
 from trl_ext.model_forward import LossRequest, install_loss_forward
 from trl_ext.options import check_fused_settings, run_device_type, with_path_env_fallback
 from trl_ext.resume import resolve_resume, used_options, write_record
-
-#: A second interpreter trying the folder's lock without waiting: prints "free" or "busy".
-_PROBE = (
-    "import fcntl, os, sys\n"
-    "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
-    "try:\n"
-    "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
-    "    print('free')\n"
-    "except OSError:\n"
-    "    print('busy')\n"
-)
-
-
-def _probe(folder: Path) -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(folder)], capture_output=True, text=True, timeout=60
-    )
-    return out.stdout.strip()
 
 
 @pytest.fixture
@@ -74,7 +56,7 @@ def test_a_holder_variable_naming_no_ancestor_does_not_excuse_the_lock(tmp_path,
     try:
         monkeypatch.setenv(output_lock.HOLDER_ENV, f"{sibling.pid}:{out.resolve()}")
         output_lock.lock_output_dir(out)
-        assert _probe(out) == "busy"  # this process took the lock itself
+        assert probe(out) == "busy"  # this process took the lock itself
     finally:
         sibling.communicate("", timeout=60)
 
@@ -85,27 +67,16 @@ def test_the_launcher_checks_and_locks_the_folder_for_a_plain_run_the_hook_caugh
     once its checks pass its launcher holds the lock for the processes it starts (named in the holder variable)."""
     out = tmp_path / "out"
     out.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _PROBE.replace("print('free')", "print('free', flush=True); sys.stdin.read()"),
-            str(out),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    held = holder(out)  # it holds the lock now
     try:
-        assert holder.stdout.readline().strip() == "free"
         with pytest.raises(DistMatchConfigError, match="is being written by another training run"):
             check_parsed([make_config(tmp_path, overwrite_run=True)], hold=True)
     finally:
-        holder.communicate("", timeout=60)
+        held.communicate("", timeout=60)
     check_parsed([make_config(tmp_path)])  # a check only: the folder stays free
-    assert _probe(out) == "free"
+    assert probe(out) == "free"
     check_parsed([make_config(tmp_path)], hold=True)
-    assert _probe(out) == "busy"
+    assert probe(out) == "busy"
     assert os.environ[output_lock.HOLDER_ENV] == f"{os.getpid()}:{out.resolve()}"
 
 
