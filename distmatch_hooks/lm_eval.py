@@ -6,10 +6,10 @@ wheel installs ``distmatch_hooks.lm_eval.pth`` at the root of site-packages; Pyt
 ``import distmatch_hooks.lm_eval``, at every interpreter start. So this module is cheap and inert: it imports only
 ``os``/``sys`` (and the shared ``distmatch_hooks._common``) and puts one ``sys.meta_path`` finder first, which
 ignores every import except that of ``lm_eval.tasks.manager``. Right after that module has run,
-``TaskManager.__init__`` is wrapped so that the distmatch task folder (``eval_tasks/lm_eval_tasks``, located
-without importing ``eval_tasks``) is searched after lm-eval's own tasks and before the user's ``include_path`` (the
-precedence of lm-eval's upcoming ``lm_eval.tasks`` entry points: defaults < plugins < ``--include_path``). Nothing
-else changes; a process that never imports lm-eval's task manager is not affected at all. Two more finders wait for
+``TaskManager.__init__`` is wrapped so that the distmatch task folder (the ``eval_tasks`` package, whose family
+packages hold the YAMLs, located without importing ``eval_tasks``) is searched after lm-eval's own tasks and before
+the user's ``include_path`` (the precedence of lm-eval's upcoming ``lm_eval.tasks`` entry points: defaults <
+plugins < ``--include_path``). Nothing else changes; a process that never imports lm-eval's task manager is not affected at all. Two more finders wait for
 ``lm_eval.evaluator`` and ``lm_eval.config.evaluate_config``: the pre-flight check of the ``distmatch_*`` tasks'
 options runs at the start of ``simple_evaluate`` and, for the command line, before ``EvaluatorConfig.process_tasks``
 builds lm-eval's task index.
@@ -49,14 +49,14 @@ def enabled() -> bool:
 
 
 def task_dir() -> str | None:
-    """The installed ``eval_tasks/lm_eval_tasks`` folder, found without importing ``eval_tasks``."""
+    """The installed ``eval_tasks`` package folder (lm-eval indexes the YAMLs of every family package under it,
+    ``eval_tasks.lm_eval_tasks.TASK_DIR``), found without importing ``eval_tasks``."""
     from importlib.util import find_spec
 
     spec = find_spec("eval_tasks")
     for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = os.path.join(location, "lm_eval_tasks")
-        if os.path.isdir(candidate):
-            return candidate
+        if os.path.isdir(os.path.join(location, "lm_eval_tasks")):
+            return location
     return None
 
 

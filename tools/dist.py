@@ -50,7 +50,7 @@ NOT_SHIPPED = ("tests/", "examples/", "benchmarks/", "tools/", "docs/")
 ENTRY_POINTS = {
     "console_scripts": ["distmatch-trl = trl_ext.cli:main", "distmatch-eval = eval_tasks.cli:main"],
     "axolotl.plugins": ["distmatch = axolotl_distmatch:DistMatchPlugin"],
-    "lm_eval.tasks": ["distmatch = eval_tasks.lm_eval_tasks"],
+    "lm_eval.tasks": ["distmatch = eval_tasks"],
 }
 
 
@@ -127,8 +127,8 @@ def wheel_problems(wheel: Path, expected_version: str) -> list[str]:
                 problems.append(f"package {package} is missing")
             if f"{package}/py.typed" not in names and package != "distmatch_hooks":
                 problems.append(f"{package}/py.typed is missing")
-        if not any(n.startswith("eval_tasks/lm_eval_tasks/") and n.endswith(".yaml") for n in names):
-            problems.append("no lm-eval task YAML under eval_tasks/lm_eval_tasks/")
+        if not any(n.startswith("eval_tasks/") and n.endswith(".yaml") for n in names):
+            problems.append("no lm-eval task YAML under eval_tasks/")
         problems += [f"{n} is shipped (not part of the release)" for n in names if n.startswith(NOT_SHIPPED)]
         entry_points = archive.read(f"{dist_info}entry_points.txt").decode()
         sections = _sections(entry_points)

@@ -1,7 +1,8 @@
 """The distmatch lm-eval tasks (YAML + Python helpers), shipped as package data.
 
-One folder per task family (``nlu/``, ``creative/``, ...: its YAMLs, ``utils.py`` and README); the Python side
-they call sits here. ``TASK_DIR`` is the folder lm-eval indexes (it recurses into the family folders). It is found
+One package per benchmark family under ``eval_tasks/`` (``nlu/``, ``creative/``, ...: its task logic, lm-eval task
+classes, YAMLs, the ``utils.py`` they reference and a README); this package is the lm-eval glue. ``TASK_DIR`` is the
+folder lm-eval indexes, the ``eval_tasks`` package root (lm-eval recurses into every family package). It is found
 without ``--include_path`` through the activation hook (``distmatch_hooks.lm_eval``, installed with the wheel) and,
 in lm-eval releases that read it, through the ``lm_eval.tasks`` entry point; with the hook disabled
 (``DISTMATCH_LM_EVAL_HOOK=0``) pass it explicitly::
@@ -21,7 +22,7 @@ from eval_tasks.nlu import NLU_TASK_NAMES
 
 __all__ = ["CREATIVE_TASKS", "NLU_TASKS", "TASK_DIR", "task_manager"]
 
-TASK_DIR = Path(__file__).resolve().parent
+TASK_DIR = Path(__file__).resolve().parent.parent  # eval_tasks/: every family package's YAMLs
 
 #: Members of the groups ``distmatch_nlu`` (the task table of :mod:`eval_tasks.nlu`) and ``distmatch_creative``.
 NLU_TASKS = NLU_TASK_NAMES

@@ -35,7 +35,7 @@ def test_wheel_declares_lm_eval_tasks_entry_point(
         "print(eval_tasks.__file__)"
     )
     lines = _check(_run([str(wheel_python), "-c", script], env, workdir)).stdout.splitlines()
-    assert lines[0] == "[('distmatch', 'eval_tasks.lm_eval_tasks')]"
+    assert lines[0] == "[('distmatch', 'eval_tasks')]"
     assert lines[1].startswith(str(wheel_python.parent.parent)) and lines[2].startswith(
         str(wheel_python.parent.parent)
     )
@@ -90,7 +90,7 @@ def test_hook_include_path_handling(monkeypatch: pytest.MonkeyPatch) -> None:
         import distmatch_hooks.lm_eval as hook
     finally:
         sys.path.remove(str(REPO_ROOT))
-    folder = str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks")
+    folder = str(REPO_ROOT / "eval_tasks")
     assert hook.with_task_dir(None, folder) == [folder]
     assert hook.with_task_dir("/user/tasks", folder) == [folder, "/user/tasks"]  # user's paths override ours
     assert hook.with_task_dir(["/a", Path(folder)], folder) == [
