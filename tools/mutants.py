@@ -1,7 +1,7 @@
 """Mutation check: apply small wrong changes to scratch copies of the repository and run the tests that must catch
 them.
 
-The changes are data (`tools/mutants/*.toml`, one file per package; format in tools/mutants/README.md): each names a
+The changes are data (`tools/mutants/*.toml`, one file per code area; format in tools/mutants/README.md): each names a
 file, an exact `old` string that occurs once in it, the wrong `new` string, the virtual environment and the pytest
 arguments that must fail with it (only the tests that cover that file), and optionally a `setup` script run after the
 change. The tracked files are copied to one temporary directory per parallel job (the working tree is never
@@ -66,6 +66,8 @@ class Mutant:
     #: Python arguments run in the copy after the change and before the tests (e.g. a generator whose output the
     #: tests read), and again after the change is undone.
     setup: tuple[str, ...] = ()
+    #: The outside audit that planted it (e.g. "training round 2"); empty for the authors' own. Provenance only.
+    audit: str = ""
 
 
 def load_mutants(path: Path = MUTANTS_DIR) -> list[Mutant]:

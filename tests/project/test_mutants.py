@@ -8,6 +8,7 @@ into a no-op.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,13 +110,46 @@ def test_setup_is_read_and_a_missing_setup_script_is_reported(tmp_path: Path) ->
     assert listed_mutant.setup == ("tools/generate.py",)
 
 
-def test_mutants_listed_per_package_read_from_the_folder() -> None:
+#: Which list guards which code (tools/mutants/README.md's table): the first prefix of an entry's `file` that
+#: matches names the lists it may be in. The evaluation's families and layers share one prefix (the family packages
+#: move under eval_tasks/), so either evaluation list is accepted there.
+LIST_OF_PREFIX = (
+    (("docs/", "README.md", "Makefile"), {"docs"}),
+    (("eval_tasks/sandbox/",), {"sandbox"}),
+    (("eval_tasks/",), {"evaluation", "evaluation_families"}),
+    (("trl_ext/losses/objectives/", "trl_ext/losses/validation.py"), {"losses"}),
+    (("trl_ext/losses/",), {"fused"}),
+    (("trl_ext/",), {"training"}),
+    (("axolotl_distmatch/",), {"axolotl"}),
+    (("distmatch_hooks/",), {"hooks"}),
+    (("distmatch/",), {"distmatch"}),
+    (("tools/gpu_check", "benchmarks/"), {"gpu_check"}),
+    (("tools/", "tests/"), {"tools"}),
+)
+
+
+def test_mutants_listed_per_code_area_read_from_the_folder() -> None:
+    """Every `*.toml` is read; each list is named after the code it guards (never after the round that wrote it: no
+    `audit`, `round` or number in the name), each entry sits in the list of its `file`'s area, and an entry planted
+    by an outside audit names its round as data (`audit = "<name> round[ N]"`)."""
     tool = _tool()
-    files = sorted(p.name for p in tool.MUTANTS_DIR.glob("*.toml"))
+    files = sorted(p.stem for p in tool.MUTANTS_DIR.glob("*.toml"))
+    per_file = {f: tool.load_mutants(tool.MUTANTS_DIR / f"{f}.toml") for f in files}
     mutants = tool.load_mutants()
-    assert len(files) >= 6 and len(mutants) == sum(
-        len(tool.load_mutants(tool.MUTANTS_DIR / f)) for f in files
-    )
+    assert len(files) >= 6 and len(mutants) == sum(len(listed) for listed in per_file.values())
+    for name in files:
+        assert not re.search(r"audit|round|\d", name), f"tools/mutants/{name}.toml is named after a round"
+    for name, listed in per_file.items():
+        for m in listed:
+            lists = next((lists for prefixes, lists in LIST_OF_PREFIX if m.file.startswith(prefixes)), None)
+            assert lists is not None, (
+                f"{m.id}: no list guards {m.file} (add a row to LIST_OF_PREFIX and the README)"
+            )
+            assert name in lists, f"{m.id} ({m.file}) is in {name}.toml, belongs in {sorted(lists)}"
+    audits = {m.audit for m in mutants} - {""}
+    assert {"training round 1", "evaluation round 2", "tiles round"} <= audits
+    for audit in audits:
+        assert re.fullmatch(r"[A-Za-z][A-Za-z -]* round( \d+)?", audit), audit
     packages = {m.file.split("/")[0] for m in mutants}
     assert {
         "distmatch",
