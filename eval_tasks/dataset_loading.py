@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from distmatch.optional import require
-from eval_tasks import nlu, retrieval
+from eval_tasks.nlu import nlu, retrieval
 from eval_tasks.task_options import TASK_OPTIONS
 
 __all__ = [
@@ -140,7 +140,7 @@ def icl_documents(
     """The evaluation documents of one classification task (:func:`eval_tasks.nlu.build_icl_rows`) + retrieval info.
 
     `openicl_round_trip`: the retriever embeds each text after OpenICL's GPT-2 decode round trip
-    (:func:`eval_tasks.retrieval.openicl_round_trip`); the prompts keep the original texts, as in OpenICL.
+    (:func:`eval_tasks.nlu.retrieval.openicl_round_trip`); the prompts keep the original texts, as in OpenICL.
     """
     spec = nlu.get_spec(key)
     if not isinstance(spec, nlu.ClassificationSpec):

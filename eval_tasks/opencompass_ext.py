@@ -25,8 +25,9 @@ from opencompass.openicl.icl_evaluator import BaseEvaluator  # noqa: E402
 from opencompass.openicl.icl_retriever import TopkRetriever  # noqa: E402
 from opencompass.registry import ICL_EVALUATORS, ICL_RETRIEVERS, LOAD_DATASET  # noqa: E402
 
-from eval_tasks import dataset_loading, nlu  # noqa: E402
+from eval_tasks import dataset_loading  # noqa: E402
 from eval_tasks.creative import DIVERSITY_METRICS, creative_documents, diversity_scores  # noqa: E402
+from eval_tasks.nlu import nlu  # noqa: E402
 from eval_tasks.task_options import resolve  # noqa: E402
 
 __all__ = [

@@ -9,7 +9,7 @@ that read it, its type, default, valid values or bounds, environment variable an
   and the task classes call it);
 * :func:`resolve` gives the value of every option of one task family: explicit > environment variable > protocol
   preset > default (the lm-eval task classes and loaders, the OpenCompass dataset classes, ``distmatch-eval``);
-* the defaults of :mod:`eval_tasks.dataset_loading`, :mod:`eval_tasks.retrieval` and the OpenCompass configs.
+* the defaults of :mod:`eval_tasks.dataset_loading`, :mod:`eval_tasks.nlu.retrieval` and the OpenCompass configs.
 
 A *protocol* is a preset of several options (``--metadata '{"protocol": "emo_official"}'``); an option given
 explicitly next to it wins, and the run is then off the paper's protocol (:func:`protocol_differences`). Pure Python:
@@ -436,7 +436,7 @@ def option_names(family: str | None = None) -> tuple[str, ...]:
 
 def family_of_task(task: str) -> str | None:
     """The family of a distmatch lm-eval task name (None for other tasks)."""
-    from eval_tasks.nlu import ICL_TASKS
+    from eval_tasks.nlu.nlu import ICL_TASKS
 
     short = task.removeprefix("distmatch_")
     if short in ICL_TASKS:

@@ -3,7 +3,7 @@
 The one generator of the project (`make generate`); CI runs `--check` (a test in tests/project/test_generated.py,
 and `make lint`). It writes:
 
-* from the task table ``eval_tasks/nlu.py`` (``tools/task_configs.py``): the per-task lm-eval YAMLs and the group
+* from the task table ``eval_tasks/nlu/nlu.py`` (``tools/task_configs.py``): the per-task lm-eval YAMLs and the group
   ``distmatch_nlu.yaml``, the OpenCompass task configs, suites and summarizers; the list of the retrieval tasks in
   docs/evaluation.md and the task counts there and in eval_tasks/lm_eval_tasks/README.md (``tools/loss_outputs.py``);
 * from the loss specs ``trl_ext/losses/`` (``tools/loss_outputs.py``): ``distmatch/_loss_names.py`` (the names the

@@ -102,7 +102,7 @@ def _loss_names() -> tuple[str, ...]:
 
 
 def _icl_task_names() -> tuple[str, ...]:
-    from eval_tasks import nlu
+    from eval_tasks.nlu import nlu
 
     return tuple(spec.task for spec in nlu.ICL_TASKS.values())
 
@@ -133,7 +133,7 @@ LOSS_LISTS = (
     LossList(Path("docs/axolotl.md"), _YAML_COMMENT, _plain),
     LossList(Path("docs/trl.md"), r"^(`loss`: a distmatch loss \()(.*?)(\) or)", _code),
     LossList(Path("examples/axolotl/tiny-cpu.yaml"), r"^(# others: )(.*?)(\.)$", _plain),
-    # The retrieval tasks of the NLU table (eval_tasks/nlu.py), in the evaluation page's task table and its count in
+    # The retrieval tasks of the NLU table (eval_tasks/nlu/nlu.py), in the evaluation page's task table and its count in
     # the lm-eval folder's README.
     LossList(
         Path("docs/evaluation.md"),

@@ -1,4 +1,4 @@
-"""The per-task lm-eval YAMLs and OpenCompass configs of the in-context NLU suite, from ``eval_tasks/nlu.py``, and
+"""The per-task lm-eval YAMLs and OpenCompass configs of the in-context NLU suite, from ``eval_tasks/nlu/nlu.py``, and
 the code tasks' lm-eval YAMLs from ``eval_tasks/code_tasks.py`` (``distmatch_<key>.yaml``, including
 ``_code_template_yaml``).
 
@@ -7,7 +7,7 @@ writes). The task table (``eval_tasks.nlu.ICL_TASKS``, ``MMLU`` and ``NLU_TASK_N
 tasks are listed. From it, in the way lm-eval's ``_generate_configs.py`` scripts write per-subject YAMLs that
 ``include`` a hand-written template:
 
-* ``eval_tasks/lm_eval_tasks/nlu/distmatch_<key>.yaml`` (one per retrieval task, including ``_icl_template_yaml``)
+* ``eval_tasks/nlu/distmatch_<key>.yaml`` (one per retrieval task, including ``_icl_template_yaml``)
   and the group ``distmatch_nlu.yaml``; the code tasks' YAMLs in ``eval_tasks/lm_eval_tasks/code/``;
 * ``eval_tasks/opencompass_configs/datasets/distmatch/distmatch_<key>_topk_ppl.py`` (one per retrieval task), the
   suites ``distmatch_nlu_topk_ppl.py`` and ``distmatch_nlu_emo_code_topk_ppl.py``;
@@ -24,13 +24,15 @@ from collections.abc import Callable
 from pathlib import Path
 from string import Template
 
-from eval_tasks import code_tasks, nlu
+from eval_tasks import code_tasks
+from eval_tasks.nlu import nlu
 from eval_tasks.task_options import TASK_OPTIONS
 
 COMMAND = "python tools/generate.py"
+#: the lm-eval glue (``TASK_DIR`` is its parent, the ``eval_tasks`` package): checked for generated leftovers only
 LM_EVAL_DIR = Path("eval_tasks/lm_eval_tasks")
-#: the task families' folders that hold generated YAMLs (each beside the template its YAMLs `include`)
-LM_EVAL_NLU_DIR = LM_EVAL_DIR / "nlu"
+#: the family packages that hold generated YAMLs (each beside the template its YAMLs `include`)
+LM_EVAL_NLU_DIR = Path("eval_tasks/nlu")
 LM_EVAL_CODE_DIR = LM_EVAL_DIR / "code"
 OC_DATASETS_DIR = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 OC_SUMMARIZERS_DIR = Path("eval_tasks/opencompass_configs/summarizers")
@@ -44,7 +46,7 @@ LINE_LENGTH = 110  # pyproject.toml's ruff line length: generated code is wrappe
 # The files' text with `${name}` placeholders (`$$` is a literal `$`).
 
 LM_EVAL_TASK = Template("""\
-# EMO paper in-context NLU task (section 4.2, appendix A.4); data, labels and templates: eval_tasks/nlu.py.
+# EMO paper in-context NLU task (section 4.2, appendix A.4); data, labels and templates: eval_tasks/nlu/nlu.py.
 task: ${task}
 tag: distmatch_icl
 include: _icl_template_yaml
@@ -218,7 +220,9 @@ summarizer = dict(
 
 
 def _header(comment: str) -> str:
-    return f"{comment} Generated from eval_tasks/nlu.py by `{COMMAND}`; do not edit (`--check` compares).\n"
+    return (
+        f"{comment} Generated from eval_tasks/nlu/nlu.py by `{COMMAND}`; do not edit (`--check` compares).\n"
+    )
 
 
 def _py_str(text: str) -> str:
@@ -279,7 +283,7 @@ def oc_task_config(spec: nlu.ClassificationSpec) -> str:
     pool_comment = ""
     if spec.pool_split != "train":
         pool_comment = (
-            f"# Demonstration pool: {spec.pool_split!r} (a slice of the training split, eval_tasks/nlu.py), "
+            f"# Demonstration pool: {spec.pool_split!r} (a slice of the training split, eval_tasks/nlu/nlu.py), "
             "applied by the loader.\n"
         )
     return _header("#") + OC_TASK.substitute(
@@ -370,8 +374,15 @@ def generated_files() -> dict[Path, Callable[[], str]]:
 def leftovers(root: Path, keep: set[Path]) -> list[Path]:
     """Files under `root` that carry this script's header but are no longer generated (a task left the table)."""
     found = []
-    # LM_EVAL_DIR itself too: a generated YAML left there from before the family folders
-    for folder in (LM_EVAL_DIR, LM_EVAL_NLU_DIR, LM_EVAL_CODE_DIR, OC_DATASETS_DIR, OC_SUMMARIZERS_DIR):
+    # LM_EVAL_DIR and its old family folders too: a generated YAML left there from before the family packages
+    for folder in (
+        LM_EVAL_DIR,
+        LM_EVAL_DIR / "nlu",
+        LM_EVAL_NLU_DIR,
+        LM_EVAL_CODE_DIR,
+        OC_DATASETS_DIR,
+        OC_SUMMARIZERS_DIR,
+    ):
         for path in sorted((root / folder).glob("*")):
             rel = path.relative_to(root)
             if path.is_file() and rel not in keep and _is_generated(path):

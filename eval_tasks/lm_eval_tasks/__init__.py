@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eval_tasks.nlu import NLU_TASK_NAMES
+from eval_tasks.nlu.nlu import NLU_TASK_NAMES
 
 __all__ = ["CREATIVE_TASKS", "NLU_TASKS", "TASK_DIR", "task_manager"]
 

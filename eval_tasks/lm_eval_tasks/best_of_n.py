@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eval_tasks import best_of_n
-from eval_tasks.lm_eval_tasks.harness import DistMatchTask, _dataset_dict
+from eval_tasks.lm_eval_tasks.task_base import DistMatchTask, dataset_dict
 from eval_tasks.task_options import TASK_OPTIONS, resolve
 
 __all__ = [
@@ -32,12 +32,12 @@ MAX_NEW_TOKENS = {"math": (256, 512), "chat_bon": (512, 2048)}
 
 def load_math_dataset(distmatch_task: str, **options: Any) -> Any:
     data_dir = resolve("math", options, f"distmatch_{distmatch_task}")["data_dir"]
-    return _dataset_dict(best_of_n.math_documents(distmatch_task, data_dir=data_dir))
+    return dataset_dict(best_of_n.math_documents(distmatch_task, data_dir=data_dir))
 
 
 def load_alpacaeval_dataset(**options: Any) -> Any:
     data_dir = resolve("chat_bon", options, "distmatch_alpacaeval_bon")["data_dir"]
-    return _dataset_dict(best_of_n.alpacaeval_documents(data_dir=data_dir))
+    return dataset_dict(best_of_n.alpacaeval_documents(data_dir=data_dir))
 
 
 def math_voting_process_results(doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eval_tasks.code_tasks import code_documents, completion_program, prompt_text
-from eval_tasks.lm_eval_tasks.harness import DistMatchTask, _dataset_dict
+from eval_tasks.lm_eval_tasks.task_base import DistMatchTask, dataset_dict
 from eval_tasks.metrics.pass_at_k import PASS_AT_K, pass_at_k
 from eval_tasks.sandbox import execute_many
 from eval_tasks.task_options import resolve
@@ -34,7 +34,7 @@ def load_code_dataset(distmatch_task: str, **options: Any) -> Any:
         text, prefix = prompt_text(doc, task, resolved["code_prompt"])
         doc["distmatch_prompt"] = text
         doc["distmatch_prefix"] = prefix or ""
-    return _dataset_dict(docs)
+    return dataset_dict(docs)
 
 
 class CodeTask(DistMatchTask):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_tasks import open_ended as O
-from eval_tasks.lm_eval_tasks.harness import DistMatchTask, _dataset_dict
+from eval_tasks.lm_eval_tasks.task_base import DistMatchTask, dataset_dict
 from eval_tasks.open_ended import EMO_MAX_TEXT_LENGTH, ROUNDS, oracle_perplexity, rouge_f
 from eval_tasks.samples import InputError
 from eval_tasks.task_options import resolve
@@ -48,7 +48,7 @@ def load_open_ended_dataset(distmatch_task: str, **options: Any) -> Any:
     data_dir = resolve("open_ended", options, f"distmatch_open_ended_{spec.key}")["data_dir"]
     examples = O.build_examples(O.read_corpus(spec.key, corpus_file(spec.key, data_dir)), spec)
     docs = [{"id": f"{spec.key}-{e.row}", "prefix": e.prefix, "reference": e.reference} for e in examples]
-    return _dataset_dict(docs)
+    return dataset_dict(docs)
 
 
 def _by_round(items: Sequence[Sequence[Any]]) -> list[list[str]]:

@@ -43,8 +43,8 @@ __all__ = [
 
 def _leaf_tasks(name: str) -> list[str]:
     """The distmatch tasks a requested name runs (a group or tag: its members)."""
-    from eval_tasks import nlu
     from eval_tasks.lm_eval_tasks import CREATIVE_TASKS
+    from eval_tasks.nlu import nlu
     from eval_tasks.open_ended import CORPORA, ORACLE_CORPUS
 
     groups = {
@@ -109,7 +109,7 @@ def check_options_apply(task_names: Iterable[str], metadata: Mapping[str, Any]) 
 
 def _task_keys(task_names: Iterable[str]) -> list[str]:
     """The data keys (`eval_tasks.nlu` / `eval_tasks.dataset_loading`) of the requested distmatch tasks and groups."""
-    from eval_tasks import nlu
+    from eval_tasks.nlu import nlu
 
     keys: list[str] = []
     for name in task_names:
@@ -131,7 +131,8 @@ def _data_tasks(task_names: Iterable[str]) -> list[str]:
 
 def requested_splits(task_names: Iterable[str]) -> list[tuple[str, str, str]]:
     """(data key, Hub dataset id, split) of every split the requested distmatch tasks load."""
-    from eval_tasks import code_tasks, dataset_loading, nlu
+    from eval_tasks import code_tasks, dataset_loading
+    from eval_tasks.nlu import nlu
 
     splits = []
     for key in _task_keys(task_names):

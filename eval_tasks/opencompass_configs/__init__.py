@@ -12,7 +12,7 @@ Datasets (``datasets/distmatch/``; each file defines one ``*_datasets`` list):
 | ``distmatch_{poem,story}_diversity_gen``, ``distmatch_creative_gen`` | GEM creative-writing diversity |
 
 Summarizers: ``summarizers/distmatch_nlu.py`` and ``summarizers/distmatch_nlu_emo_code.py``. The NLU files are generated
-from ``eval_tasks/nlu.py``'s task table by ``tools/generate.py`` (see README.md here). Two ways to use
+from ``eval_tasks/nlu/nlu.py``'s task table by ``tools/generate.py`` (see README.md here). Two ways to use
 them:
 
 1. In your own config: ``with read_base(): from eval_tasks.opencompass_configs.datasets.distmatch.distmatch_nlu_topk_ppl

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from eval_tasks.metrics.names import REPORTED_METRICS
-from eval_tasks.nlu import NLU_TASK_NAMES
+from eval_tasks.nlu.nlu import NLU_TASK_NAMES
 
 __all__ = [
     "DIVERSITY_METRICS",
@@ -57,7 +57,7 @@ SHORT_TITLES = {
     "self_bleu_diversity": "Self-BLEU div",
     "sbert_diversity": "SBERT div",
 }
-#: the NLU benchmarks in the papers' table order, from the task table (eval_tasks/nlu.py)
+#: the NLU benchmarks in the papers' table order, from the task table (eval_tasks/nlu/nlu.py)
 NLU_ORDER = tuple(name.removeprefix("distmatch_") for name in NLU_TASK_NAMES)
 #: their column titles
 NLU_SHORT = {

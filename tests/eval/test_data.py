@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from eval_tasks import dataset_loading as data
-from eval_tasks import nlu
+from eval_tasks.nlu import nlu
 from tests.helpers.eval_fixtures import write_eval_data
 
 

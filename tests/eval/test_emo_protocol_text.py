@@ -12,7 +12,8 @@ import inspect
 import re
 from pathlib import Path
 
-from eval_tasks import dataset_loading, nlu
+from eval_tasks import dataset_loading
+from eval_tasks.nlu import nlu
 from eval_tasks.protocols import paper_protocol_check
 from eval_tasks.task_options import TASK_OPTIONS
 from tests.helpers.env import REPO_ROOT

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import nlu
+from eval_tasks.nlu import nlu
 from tests.helpers.env import REPO_ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dataset_labels"

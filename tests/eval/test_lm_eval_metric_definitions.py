@@ -1,6 +1,6 @@
 """`acc` / `acc_norm` of the distmatch lm-eval tasks, pinned to lm-eval's own definition.
 
-Our tasks compute their metrics in `process_results` (eval_tasks/lm_eval_tasks/harness.py), so lm-eval's built-in
+Our tasks compute their metrics in `process_results` (eval_tasks/<family>/harness.py), so lm-eval's built-in
 multiple-choice scoring never runs on them. Here lm-eval's own ``ConfigurableTask.process_results`` (built from our
 YAMLs' choice / target fields, minus our `process_results`) scores the same log-likelihoods, and every metric name
 our YAMLs report that lm-eval also defines must come out equal - including cases where dividing by the length changes
@@ -19,7 +19,7 @@ from tests.helpers.env import REPO_ROOT
 
 pytest.importorskip("lm_eval")
 
-TASKS = REPO_ROOT / "eval_tasks" / "lm_eval_tasks"
+TASKS = REPO_ROOT / "eval_tasks"  # the family packages hold the YAMLs
 #: The multiple-choice metrics lm-eval's ConfigurableTask computes itself (lm_eval/api/task.py, 0.4.13).
 LM_EVAL_MC_METRICS = ("acc", "acc_norm", "acc_bytes", "exact_match")
 
@@ -83,7 +83,7 @@ def _icl_cases() -> list[tuple[dict[str, Any], list[tuple[float, bool]]]]:
 
 
 def test_icl_metrics_equal_lm_evals_definition() -> None:
-    from eval_tasks.lm_eval_tasks.nlu import utils
+    from eval_tasks.nlu import utils
 
     config = _yaml("nlu/_icl_template_yaml")
     reported = _reported(config)
@@ -104,7 +104,7 @@ def test_icl_metrics_equal_lm_evals_definition() -> None:
 
 
 def test_mmlu_acc_equals_lm_evals_definition() -> None:
-    from eval_tasks.lm_eval_tasks.nlu import utils
+    from eval_tasks.nlu import utils
 
     config = _yaml("nlu/distmatch_mmlu.yaml")
     reported = _reported(config)

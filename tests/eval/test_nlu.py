@@ -1,11 +1,11 @@
-"""The ICL classification tasks (`eval_tasks/nlu.py`): the papers' templates, the prompts built from retrieved
+"""The ICL classification tasks (`eval_tasks/nlu/nlu.py`): the papers' templates, the prompts built from retrieved
 demonstrations."""
 
 from __future__ import annotations
 
 import pytest
 
-from eval_tasks import nlu
+from eval_tasks.nlu import nlu
 
 
 @pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from

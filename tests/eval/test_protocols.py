@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import retrieval
+from eval_tasks.nlu import retrieval
 from eval_tasks.protocols import paper_protocol_check
 
 # ---------------------------------------------------------------------------------------------------------
@@ -55,7 +55,7 @@ def test_openicl_token_count_counts_bos_not_eos(tmp_path: Path) -> None:
     from tokenizers.processors import TemplateProcessing
     from transformers import AutoTokenizer
 
-    from eval_tasks.lm_eval_tasks.harness import openicl_token_count
+    from eval_tasks.nlu.harness import openicl_token_count
     from trl_ext.testing import build_tokenizer
 
     tok = build_tokenizer()

@@ -319,7 +319,7 @@ def test_published_files_have_no_duplicate_keys() -> None:
 
 def test_report_shows_the_paper_cells_and_their_eight_task_mean() -> None:
     """`distmatch-eval report`'s NLU table: each published row is the paper's row, its Avg (8) the mean of the cells."""
-    from eval_tasks.nlu import NLU_TASK_NAMES
+    from eval_tasks.nlu.nlu import NLU_TASK_NAMES
     from eval_tasks.report.collect import RunData
     from eval_tasks.report.markdown import nlu_section
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks.nlu import ICL_TASKS, MMLU
+from eval_tasks.nlu.nlu import ICL_TASKS, MMLU
 from eval_tasks.report import ReportError, build_report, collect_run, parse_run_specs, plots
 from eval_tasks.report import markdown as md
 from eval_tasks.report.labels import NLU_ORDER, NLU_SHORT, probe_tokens

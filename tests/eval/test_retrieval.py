@@ -1,4 +1,4 @@
-"""Demonstration retrieval (`eval_tasks/retrieval.py`): top-k by cosine, the offline MiniLM encoder, the cache."""
+"""Demonstration retrieval (`eval_tasks/nlu/retrieval.py`): top-k by cosine, the offline MiniLM encoder, the cache."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import retrieval
+from eval_tasks.nlu import retrieval
 
 
 @pytest.mark.slow  # as in tests/eval/lm_eval_tasks/, where it came from

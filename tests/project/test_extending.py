@@ -316,7 +316,7 @@ TASK_PROBE = textwrap.dedent("""\
     from lm_eval.tasks import TaskManager
     from tests.helpers.eval_fixtures import write_eval_data
 
-    manager = TaskManager(include_path="eval_tasks/lm_eval_tasks", include_defaults=False)
+    manager = TaskManager(include_path="eval_tasks", include_defaults=False)
     with tempfile.TemporaryDirectory() as tmp:
         rows = (write_eval_data(Path(tmp)) / "toy_topic" / "test.jsonl").read_text().splitlines()
     print(json.dumps({
@@ -327,7 +327,7 @@ TASK_PROBE = textwrap.dedent("""\
 
 
 def test_adding_an_evaluation_task_takes_the_documented_files(copy: Path) -> None:
-    nlu = copy / "eval_tasks" / "nlu.py"
+    nlu = copy / "eval_tasks" / "nlu" / "nlu.py"
     _edit(nlu, "        ),\n    )\n}\n", "        ),\n" + TOY_TASK)
     labels = copy / "eval_tasks" / "report" / "labels.py"
     _edit(labels, '    "mmlu": "MMLU",\n}', '    "toy_topic": "Toy",\n    "mmlu": "MMLU",\n}')
@@ -350,9 +350,9 @@ def test_adding_an_evaluation_task_takes_the_documented_files(copy: Path) -> Non
     )
     _generate(copy)
 
-    task_yaml = copy / "eval_tasks" / "lm_eval_tasks" / "nlu" / "distmatch_toy_topic.yaml"
+    task_yaml = copy / "eval_tasks" / "nlu" / "distmatch_toy_topic.yaml"
     assert "distmatch_task: toy_topic" in task_yaml.read_text(encoding="utf-8")
-    group = (copy / "eval_tasks" / "lm_eval_tasks" / "nlu" / "distmatch_nlu.yaml").read_text(encoding="utf-8")
+    group = (copy / "eval_tasks" / "nlu" / "distmatch_nlu.yaml").read_text(encoding="utf-8")
     assert "  - distmatch_toy_topic\n  - distmatch_mmlu\n" in group
     proc = _run(copy, "-c", TASK_PROBE)
     assert proc.returncode == 0, proc.stderr

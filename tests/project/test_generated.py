@@ -1,6 +1,6 @@
 """Everything `tools/generate.py` writes is up to date, and `--check` can fail.
 
-From the task table `eval_tasks/nlu.py`: the per-task lm-eval YAMLs, the group `distmatch_nlu.yaml`, the OpenCompass
+From the task table `eval_tasks/nlu/nlu.py`: the per-task lm-eval YAMLs, the group `distmatch_nlu.yaml`, the OpenCompass
 `*_topk_ppl.py` files, the two suites and the two summarizers (what the files *do* is tested by
 tests/eval/lm_eval_tasks/ and tests/eval/opencompass/test_configs.py). From the loss specs: the torch-free
 `distmatch/_loss_names.py` the activation hooks read, the two tables of docs/losses.md and the lists of all loss
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import code_tasks, nlu
+from eval_tasks import code_tasks
+from eval_tasks.nlu import nlu
 from tests.helpers.env import REPO_ROOT
 from tests.helpers.modules import load_module
 
@@ -28,7 +29,7 @@ REPO = REPO_ROOT
 SCRIPT = REPO / "tools" / "generate.py"
 HEADER = "by `python tools/generate.py`"
 LM_EVAL = Path("eval_tasks/lm_eval_tasks")
-NLU = LM_EVAL / "nlu"  # the generated YAMLs sit in their families' folders
+NLU = Path("eval_tasks/nlu")  # the generated YAMLs sit in their family packages
 CODE = LM_EVAL / "code"
 DATASETS = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 SUMMARIZERS = Path("eval_tasks/opencompass_configs/summarizers")
@@ -70,10 +71,9 @@ def _generated_names() -> set[Path]:
 
 
 def _family_folders() -> list[Path]:
-    """The lm-eval task families' folders (each may hold generated and hand-written YAMLs)."""
-    return sorted(
-        p.relative_to(REPO) for p in (REPO / LM_EVAL).iterdir() if p.is_dir() and p.name != "__pycache__"
-    )
+    """The folders that hold lm-eval task YAMLs (the family packages; each may hold generated and hand-written
+    YAMLs)."""
+    return sorted({p.parent.relative_to(REPO) for p in (REPO / "eval_tasks").rglob("*.yaml")})
 
 
 def _first_line(path: Path) -> str:

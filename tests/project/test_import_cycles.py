@@ -163,11 +163,18 @@ def test_report_and_metrics_do_not_import_the_cli() -> None:
     assert [m for m in library if any(_in_cli(target) for target in graph[m])] == []
 
 
+def _is_lm_eval_glue(module: str) -> bool:
+    """A family package's lm-eval task classes (``harness``) or its YAMLs' ``utils``: they need lm-eval."""
+    path = _modules()[module]
+    return path.stem in ("harness", "utils") and any(path.parent.glob("*.yaml"))
+
+
 _LEAVES = sorted(
     m
     for m in _modules()
     if m.startswith("eval_tasks")
     and not m.startswith(("eval_tasks.lm_eval_tasks", "eval_tasks.opencompass"))  # need lm-eval / OpenCompass
+    and not _is_lm_eval_glue(m)
     and not m.endswith(".__main__")  # a program: importing it runs it
 )
 

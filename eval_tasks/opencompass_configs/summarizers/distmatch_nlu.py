@@ -1,4 +1,4 @@
-# Generated from eval_tasks/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
+# Generated from eval_tasks/nlu/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
 """Summarizer for ``distmatch_nlu_topk_ppl``: per-task accuracy, MMLU (mean of its 57 subjects, OpenCompass's usual
 MMLU number) and ``distmatch_nlu`` = the unweighted mean of the 8 task accuracies (the EMO paper's average)."""
 

@@ -1,4 +1,4 @@
-# Generated from eval_tasks/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
+# Generated from eval_tasks/nlu/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
 """Summarizer for ``distmatch_nlu_emo_code_topk_ppl`` (the EMO paper's Table 3 protocol in OpenCompass).
 
 OpenCompass's ``TopkRetriever`` (OpenICL's, with its GPT-2 text round trip before embedding) and ``PPLInferencer``

@@ -87,7 +87,7 @@ def _suite_run(out: Path, workdir: Path, env: dict[str, str]) -> Path:
         "--tasks",
         "distmatch_nlu,distmatch_creative,distmatch_ifeval",
         "--include_path",
-        str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks"),
+        str(REPO_ROOT / "eval_tasks"),
         "--device",
         "cpu",
         "--limit",
@@ -165,7 +165,7 @@ def wheel_python(wheel_venv: WheelVenv) -> Path:
     session's `wheel_venv` (tests/conftest.py), with the lm-eval files it must ship."""
     purelib = wheel_venv.site_packages
     assert (purelib / "distmatch_hooks.lm_eval.pth").read_text() == "import distmatch_hooks.lm_eval\n"
-    assert (purelib / "eval_tasks" / "lm_eval_tasks" / "nlu" / "_icl_template_yaml").is_file()
+    assert (purelib / "eval_tasks" / "nlu" / "_icl_template_yaml").is_file()
     assert (purelib / "eval_tasks" / "data" / "gem_poem_prompts.jsonl").is_file()
     assert (
         purelib

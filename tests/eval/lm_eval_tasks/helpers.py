@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from eval_tasks import nlu
+from eval_tasks.nlu import nlu
 from tests.helpers.env import REPO_ROOT
 
 LIMIT = 3
@@ -83,7 +83,7 @@ def _lm_eval_cmd(model: Path, tasks: str, out: Path, metadata: dict[str, Any], *
         "--tasks",
         tasks,
         "--include_path",
-        str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks"),
+        str(REPO_ROOT / "eval_tasks"),
         "--device",
         "cpu",
         "--batch_size",

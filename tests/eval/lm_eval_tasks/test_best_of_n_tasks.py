@@ -133,7 +133,7 @@ def test_reward_is_the_score_at_the_last_real_token(reward_model: Path) -> None:
 def _task(name: str, metadata: dict[str, Any]) -> Any:
     from lm_eval.tasks import TaskManager
 
-    folder = str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks")
+    folder = str(REPO_ROOT / "eval_tasks")
     tm = TaskManager(include_path=folder, include_defaults=False, metadata=metadata)
     return tm.load([name])["tasks"][name]
 

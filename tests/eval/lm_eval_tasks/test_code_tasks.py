@@ -77,7 +77,7 @@ def _task(metadata: dict[str, Any], name: str = "distmatch_humaneval") -> Any:
     from lm_eval.tasks import TaskManager
 
     manager = TaskManager(
-        include_path=str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks"),
+        include_path=str(REPO_ROOT / "eval_tasks"),
         include_defaults=False,
         metadata=metadata,
     )

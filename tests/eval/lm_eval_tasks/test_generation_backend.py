@@ -63,7 +63,7 @@ def test_the_task_asks_each_backend_by_its_own_name(
     shutil.copy(FIXTURES / "ptb.test.txt", tmp_path / "ptb" / "test.txt")
     monkeypatch.setenv(ENV, backend)
     manager = TaskManager(  # our tasks only: indexing lm-eval's own thousands takes 15 s
-        include_path=str(REPO_ROOT / "eval_tasks" / "lm_eval_tasks"),
+        include_path=str(REPO_ROOT / "eval_tasks"),
         include_defaults=False,
         metadata={"data_dir": str(tmp_path)},
     )

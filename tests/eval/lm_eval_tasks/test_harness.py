@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from eval_tasks import nlu, retrieval
 from eval_tasks.creative import creative_documents
+from eval_tasks.nlu import nlu, retrieval
 from tests.eval.lm_eval_tasks.helpers import (
     ICL_KEYS,
     LIMIT,
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_subject_macro_mean_weighs_subjects_equally() -> None:
-    from eval_tasks.lm_eval_tasks.harness import subject_macro_mean
+    from eval_tasks.nlu.harness import subject_macro_mean
 
     items = [("astronomy", 1.0), ("astronomy", 1.0), ("astronomy", 0.0), ("geography", 0.0)]
     assert subject_macro_mean(items) == pytest.approx((2 / 3 + 0.0) / 2)  # the per-question mean would be 0.5

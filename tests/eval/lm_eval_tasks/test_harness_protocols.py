@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import nlu, retrieval
 from eval_tasks.creative import creative_documents
+from eval_tasks.nlu import nlu, retrieval
 from tests.eval.lm_eval_tasks.helpers import ICL_KEYS, _fixture_rows, _results, _samples, needs_lm_eval
 
 pytestmark = pytest.mark.slow

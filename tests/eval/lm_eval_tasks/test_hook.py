@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import nlu
+from eval_tasks.nlu import nlu
 from tests.eval.lm_eval_tasks.helpers import (
     ALL_OUR_TASKS,
     _check,

@@ -1,11 +1,11 @@
-"""The shipped task YAMLs (`eval_tasks/lm_eval_tasks/*.yaml`, `_*_template_yaml`) and the packaged prompts they load."""
+"""The shipped task YAMLs (`eval_tasks/<family>/*.yaml`, `_*_template_yaml`) and the packaged prompts they load."""
 
 from __future__ import annotations
 
 import pytest
 
-from eval_tasks import nlu
 from eval_tasks.creative import creative_documents
+from eval_tasks.nlu import nlu
 from tests.helpers.env import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -32,8 +32,10 @@ def test_task_yaml_protocol_values() -> None:
         pass
 
     Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
-    folder = REPO_ROOT / "eval_tasks" / "lm_eval_tasks"
-    div = yaml.load((folder / "creative" / "_diversity_template_yaml").read_text(), Loader=Loader)
+    folder = REPO_ROOT / "eval_tasks"  # the family packages
+    div = yaml.load(
+        (folder / "lm_eval_tasks" / "creative" / "_diversity_template_yaml").read_text(), Loader=Loader
+    )
     assert div["repeats"] == 16 and div["filter_list"][0]["filter"][0] == {
         "function": "take_first_k",
         "k": 16,
@@ -46,7 +48,9 @@ def test_task_yaml_protocol_values() -> None:
         "top_p": 0.9,
         "max_gen_toks": 512,
     }
-    ifeval = yaml.load((folder / "ifeval" / "distmatch_ifeval.yaml").read_text(), Loader=Loader)
+    ifeval = yaml.load(
+        (folder / "lm_eval_tasks" / "ifeval" / "distmatch_ifeval.yaml").read_text(), Loader=Loader
+    )
     assert (
         ifeval["generation_kwargs"]["max_gen_toks"] == 1024
         and ifeval["generation_kwargs"]["do_sample"] is False

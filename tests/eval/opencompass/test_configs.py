@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from eval_tasks import nlu
+from eval_tasks.nlu import nlu
 from tests.helpers.env import REPO_ROOT
 from tests.helpers.eval_fixtures import MMLU_SUBJECTS, write_eval_data
 
@@ -288,7 +288,7 @@ def test_emo_code_suite_equals_the_emo_official_lm_eval_prompts(oc_run: tuple[Pa
     """OpenCompass's EMO-protocol suite and lm-eval's `protocol: emo_official`: the same demonstrations (retrieved
     on the texts after the round trip with OpenICL's clean-up) and the same emo_code prompt strings."""
     from eval_tasks import dataset_loading as data
-    from eval_tasks import retrieval
+    from eval_tasks.nlu import retrieval
 
     run_dir, data_dir, encoder = oc_run
     predictions = _read(run_dir, "predictions", "distmatch_sst2_emo_code")

@@ -1,4 +1,4 @@
-# Generated from eval_tasks/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
+# Generated from eval_tasks/nlu/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
 """EMO in-context NLU: distmatch_ag_news - TopK retriever (8 demonstrations, most similar first) + PPL per label.
 
 Data: fancyzhx/ag_news at revision 'main', test split 'test', demonstrations from 'train[:36000]'
@@ -13,7 +13,7 @@ from opencompass.openicl.icl_retriever import TopkRetriever
 
 from eval_tasks.opencompass_ext import DistMatchICLDataset
 
-# Demonstration pool: 'train[:36000]' (a slice of the training split, eval_tasks/nlu.py), applied by the loader.
+# Demonstration pool: 'train[:36000]' (a slice of the training split, eval_tasks/nlu/nlu.py), applied by the loader.
 distmatch_ag_news_template = {
     0: '</E>"{text}" It is about world.',  # world
     1: '</E>"{text}" It is about sports.',  # sports

@@ -1,4 +1,4 @@
-# Generated from eval_tasks/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
+# Generated from eval_tasks/nlu/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
 """The EMO paper's Table 3 protocol: the 7 retrieval tasks with the EMO repository's templates (``icl.py``), plus MMLU.
 
 Same data and scoring as ``distmatch_nlu_topk_ppl``; dataset abbreviations end in ``_emo_code``. The strings are

@@ -1,4 +1,4 @@
-# Generated from eval_tasks/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
+# Generated from eval_tasks/nlu/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
 """The EMO paper's language-understanding suite (Table 3) for OpenCompass: 7 retrieval tasks + MMLU (5-shot PPL).
 
 ``opencompass --datasets distmatch_nlu_topk_ppl --config-dir "$(python -m eval_tasks.opencompass_configs)" ...``

@@ -1,4 +1,4 @@
-# Generated from eval_tasks/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
+# Generated from eval_tasks/nlu/nlu.py by `python tools/generate.py`; do not edit (`--check` compares).
 """EMO in-context NLU: distmatch_subj - TopK retriever (8 demonstrations, most similar first) + PPL per label.
 
 Data: SetFit/subj at revision 'main', test split 'test', demonstrations from 'train'

@@ -5,7 +5,7 @@ lm-eval tasks (``eval_tasks/lm_eval_tasks``) and the OpenCompass configs (``eval
 evaluate the same datasets with the same strings.
 
 Seven classification tasks use 8 demonstrations retrieved from the training split (most similar first, see
-:mod:`eval_tasks.retrieval`), each demonstration being the task's template filled with the demonstration's own
+:mod:`eval_tasks.nlu.retrieval`), each demonstration being the task's template filled with the demonstration's own
 label, joined by ``"\\n"`` with a trailing ``"\\n"`` (OpenICL's separators); the prompt for candidate label k is
 ``demonstrations + template_k(test input)`` and the prediction is the label whose whole prompt the model finds most
 likely. MMLU uses a fixed 5-shot prompt from each subject's dev split in OpenCompass's MMLU PPL format.
