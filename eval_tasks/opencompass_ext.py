@@ -26,7 +26,7 @@ from opencompass.openicl.icl_retriever import TopkRetriever  # noqa: E402
 from opencompass.registry import ICL_EVALUATORS, ICL_RETRIEVERS, LOAD_DATASET  # noqa: E402
 
 from eval_tasks import dataset_loading  # noqa: E402
-from eval_tasks.creative import DIVERSITY_METRICS, creative_documents, diversity_scores  # noqa: E402
+from eval_tasks.creative.creative import DIVERSITY_METRICS, creative_documents, diversity_scores  # noqa: E402
 from eval_tasks.nlu import nlu  # noqa: E402
 from eval_tasks.task_options import resolve  # noqa: E402
 

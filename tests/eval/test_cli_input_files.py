@@ -169,7 +169,7 @@ def test_allow_empty_scores_a_prompt_of_empty_samples_0(
         assert value == pytest.approx(first[key] / 2), key  # the mean over both prompts
     assert result["settings"]["all_empty_prompts"] == 1
     # the lm-eval creative-writing tasks score such a prompt the same way (docs/evaluation.md)
-    from eval_tasks.creative import diversity_scores
+    from eval_tasks.creative.creative import diversity_scores
 
     assert diversity_scores(["", " ", "\n"]) == {key: 0.0 for key in blank if key.endswith("_diversity")}
     # a prompt with some empty samples is scored as it is

@@ -101,7 +101,7 @@ def test_sbert_per_prompt_with_all_empty_prompts_between_others(
 def test_the_lm_eval_tasks_score_an_all_empty_prompt_0_also_after_its_prompt() -> None:
     """The creative-writing tasks' per-prompt scores (diversity_scores, which DiversityTask.process_results calls):
     the same rule, with scoring: prompt+response (the prompt as the model saw it before each sample) too."""
-    from eval_tasks.creative import diversity_scores
+    from eval_tasks.creative.creative import diversity_scores
 
     zeros = {"ngram_diversity": 0.0, "self_bleu_diversity": 0.0, "sbert_diversity": 0.0}
     assert diversity_scores(["", " ", "\n"]) == zeros

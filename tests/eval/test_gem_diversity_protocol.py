@@ -51,7 +51,7 @@ def _response_set(prompts: list[list[str]]) -> list[list[str]]:
 
 
 def test_gem_compat_self_bleu_equals_the_official_script() -> None:
-    from eval_tasks.creative import diversity_scores
+    from eval_tasks.creative.creative import diversity_scores
 
     total, per_prompt = official_bleu_diversity(_response_set(PROMPTS))
     for samples, expected in zip(PROMPTS, per_prompt, strict=True):
@@ -123,7 +123,7 @@ PAPER_TEXT = Path(__file__).parent / "fixtures" / "paper_tables" / "gem_creative
 def test_sampling_settings_and_prompt_counts_equal_the_paper() -> None:
     import yaml
 
-    from eval_tasks.creative import creative_documents
+    from eval_tasks.creative.creative import creative_documents
     from eval_tasks.generation import GEM_GENERATION
     from eval_tasks.published import benchmarks
     from tests.helpers.env import REPO_ROOT
@@ -148,9 +148,7 @@ def test_sampling_settings_and_prompt_counts_equal_the_paper() -> None:
     assert paper == GEM_GENERATION  # distmatch-eval generate's defaults and the protocol notes' reference
     loader = type("L", (yaml.SafeLoader,), {})
     loader.add_constructor("!function", lambda loader, node: None)
-    config = yaml.load(
-        (REPO_ROOT / "eval_tasks/lm_eval_tasks/creative/_diversity_template_yaml").read_text(), loader
-    )
+    config = yaml.load((REPO_ROOT / "eval_tasks/creative/_diversity_template_yaml").read_text(), loader)
     gen = config["generation_kwargs"]
     assert (config["repeats"], config["filter_list"][0]["filter"][0]["k"]) == (paper["num_samples"],) * 2
     assert gen["do_sample"] is True

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval_tasks import creative, metrics, report
+from eval_tasks import metrics, report
+from eval_tasks.creative import creative
 from eval_tasks.metrics import names
 from eval_tasks.published import benchmarks
 from eval_tasks.report.labels import SHORT_TITLES
@@ -43,9 +44,7 @@ def test_scorers_return_exactly_the_named_metrics() -> None:
 
 
 def test_task_configs_and_published_benchmarks_use_the_names() -> None:
-    yaml_text = (REPO / "eval_tasks" / "lm_eval_tasks" / "creative" / "_diversity_template_yaml").read_text(
-        encoding="utf-8"
-    )
+    yaml_text = (REPO / "eval_tasks" / "creative" / "_diversity_template_yaml").read_text(encoding="utf-8")
     listed = [
         line.split(":", 1)[1].strip()
         for line in yaml_text.splitlines()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from eval_tasks.creative import creative_documents
+from eval_tasks.creative.creative import creative_documents
 from eval_tasks.nlu import nlu, retrieval
 from tests.eval.lm_eval_tasks.helpers import (
     ICL_KEYS,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks.creative import creative_documents
+from eval_tasks.creative.creative import creative_documents
 from eval_tasks.nlu import nlu, retrieval
 from tests.eval.lm_eval_tasks.helpers import ICL_KEYS, _fixture_rows, _results, _samples, needs_lm_eval
 
@@ -93,7 +93,7 @@ def test_emo_official_mmlu_subject_macro_in_the_eight_task_mean(emo_official_run
 
 @needs_lm_eval
 def test_gem_official_scores_prompt_and_response(gem_official_run: Path, workdir: Path) -> None:
-    from eval_tasks.creative import diversity_scores
+    from eval_tasks.creative.creative import diversity_scores
 
     results = _results(gem_official_run)
     assert results["chat_template"]  # --apply_chat_template, as GEM ran it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval_tasks.creative import creative_documents
+from eval_tasks.creative.creative import creative_documents
 from eval_tasks.nlu import nlu
 from tests.helpers.env import REPO_ROOT
 
@@ -33,9 +33,7 @@ def test_task_yaml_protocol_values() -> None:
 
     Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
     folder = REPO_ROOT / "eval_tasks"  # the family packages
-    div = yaml.load(
-        (folder / "lm_eval_tasks" / "creative" / "_diversity_template_yaml").read_text(), Loader=Loader
-    )
+    div = yaml.load((folder / "creative" / "_diversity_template_yaml").read_text(), Loader=Loader)
     assert div["repeats"] == 16 and div["filter_list"][0]["filter"][0] == {
         "function": "take_first_k",
         "k": 16,
@@ -70,7 +68,7 @@ def test_diversity_yaml_sample_count_is_the_option_default() -> None:
 
     from eval_tasks.task_options import TASK_OPTIONS
 
-    text = (REPO_ROOT / "eval_tasks" / "lm_eval_tasks" / "creative" / "_diversity_template_yaml").read_text()
+    text = (REPO_ROOT / "eval_tasks" / "creative" / "_diversity_template_yaml").read_text()
     div = yaml.safe_load(text.replace("!function ", ""))
     k = TASK_OPTIONS["num_samples"].default
     assert div["repeats"] == k and div["filter_list"] == [

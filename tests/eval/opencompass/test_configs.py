@@ -324,7 +324,7 @@ def test_mmlu_ppl_prompts_equal_the_lm_eval_context(oc_run: tuple[Path, Path, st
 
 
 def test_creative_and_ifeval_evaluators(oc_run: tuple[Path, Path, str]) -> None:
-    from eval_tasks.creative import creative_documents
+    from eval_tasks.creative.creative import creative_documents
 
     run_dir, _, _ = oc_run
     poem = _read(run_dir, "results", "distmatch_poem_diversity")

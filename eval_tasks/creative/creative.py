@@ -25,7 +25,7 @@ __all__ = ["CREATIVE_TASKS", "DIVERSITY_METRICS", "PACKAGE_DATA", "creative_docu
 
 log = logging.getLogger(__name__)
 
-PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data"  # eval_tasks/data/
 
 CREATIVE_TASKS = {
     "poem": {"file": "gem_poem_prompts.jsonl", "rows": 573, "source": "titles of merve/poetry (all 573)"},
