@@ -16,8 +16,8 @@ import argparse
 import sys
 from typing import Any
 
-from eval_tasks import open_ended as O
 from eval_tasks import samples
+from eval_tasks.open_ended import open_ended as O
 from eval_tasks.samples import InputError
 
 __all__ = ["add_commands", "cmd_prompts", "cmd_score"]

@@ -45,7 +45,7 @@ def _leaf_tasks(name: str) -> list[str]:
     """The distmatch tasks a requested name runs (a group or tag: its members)."""
     from eval_tasks.lm_eval_tasks import CREATIVE_TASKS
     from eval_tasks.nlu import nlu
-    from eval_tasks.open_ended import CORPORA, ORACLE_CORPUS
+    from eval_tasks.open_ended.open_ended import CORPORA, ORACLE_CORPUS
 
     groups = {
         "distmatch_nlu": list(nlu.NLU_TASK_NAMES),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from eval_tasks import published as P
-from eval_tasks.open_ended import (
+from eval_tasks.open_ended.open_ended import (
     CORPORA,
     EMO_FEATURIZER,
     EMO_MAX_TEXT_LENGTH,

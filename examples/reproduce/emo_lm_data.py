@@ -30,7 +30,7 @@ from pathlib import Path
 # The repository root on the path: the script is run as `python examples/reproduce/emo_lm_data.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from eval_tasks.open_ended import CORPORA, read_corpus  # noqa: E402
+from eval_tasks.open_ended.open_ended import CORPORA, read_corpus  # noqa: E402
 from eval_tasks.samples import InputError  # noqa: E402
 
 #: the script's ``--validation_split_percentage`` default: the held-out share of a corpus without a validation split

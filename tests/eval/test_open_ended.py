@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import open_ended as O
+from eval_tasks.open_ended import open_ended as O
 from eval_tasks.samples import InputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "open_ended"

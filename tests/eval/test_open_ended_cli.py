@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import open_ended as O
 from eval_tasks.cli import main
+from eval_tasks.open_ended import open_ended as O
 from eval_tasks.samples import InputError
 
 pytest.importorskip("torch")

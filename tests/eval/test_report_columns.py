@@ -167,7 +167,7 @@ def test_the_oracle_perplexity_is_of_the_model_texts(tiny, tmp_path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval_tasks.open_ended import score_files
+    from eval_tasks.open_ended.open_ended import score_files
 
     words = ["river", "city", "king", "queen", "stone", "field", "house", "light"]
     rows = [

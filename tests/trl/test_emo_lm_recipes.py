@@ -65,7 +65,7 @@ def test_documented_data_command_parses(command: DocCommand) -> None:
 def test_data_script_writes_the_splits_of_each_format(
     corpus: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from eval_tasks.open_ended import read_corpus
+    from eval_tasks.open_ended.open_ended import read_corpus
 
     out = tmp_path / corpus
     assert _prepare(corpus, out) == 0
@@ -321,7 +321,7 @@ def test_table1_recipe_dry_run_prints_accepted_commands(tmp_path: Path) -> None:
 
 def _check_printed(data, trains, prompts, generates, scores) -> None:  # noqa: ANN001
     from eval_tasks import cli
-    from eval_tasks.open_ended import CORPORA, decoding_flags, published_benchmark
+    from eval_tasks.open_ended.open_ended import CORPORA, decoding_flags, published_benchmark
 
     for words in data:
         args = _script().build_parser().parse_args(words[2:])

@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("lm_eval")
 
 from distmatch.errors import DistMatchConfigError  # noqa: E402
-from eval_tasks import open_ended as O  # noqa: E402
 from eval_tasks.lm_eval_tasks.preflight import check_generation_backend, generation_backend  # noqa: E402
+from eval_tasks.open_ended import open_ended as O  # noqa: E402
 from tests.eval.lm_eval_tasks.helpers import _run  # noqa: E402
 from tests.helpers.env import REPO_ROOT  # noqa: E402
 

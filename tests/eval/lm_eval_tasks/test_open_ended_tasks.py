@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("lm_eval")  # the task module needs it (not in .venv-opencompass)
 
-from eval_tasks import open_ended as O  # noqa: E402
-from eval_tasks.lm_eval_tasks.open_ended import mauve_rounds, oracle_ppl_rounds  # noqa: E402
-from eval_tasks.open_ended import rouge_f  # noqa: E402
+from eval_tasks.open_ended import open_ended as O  # noqa: E402
+from eval_tasks.open_ended.harness import mauve_rounds, oracle_ppl_rounds  # noqa: E402
+from eval_tasks.open_ended.open_ended import rouge_f  # noqa: E402
 from tests.eval.lm_eval_tasks.helpers import (  # noqa: E402
     _check,
     _lm_eval_cmd,

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from eval_tasks import open_ended as O
 from eval_tasks.lm_eval_tasks.task_base import DistMatchTask, dataset_dict
-from eval_tasks.open_ended import EMO_MAX_TEXT_LENGTH, ROUNDS, oracle_perplexity, rouge_f
+from eval_tasks.open_ended import open_ended as O
+from eval_tasks.open_ended.open_ended import EMO_MAX_TEXT_LENGTH, ROUNDS, oracle_perplexity, rouge_f
 from eval_tasks.samples import InputError
 from eval_tasks.task_options import resolve
 
