@@ -1,5 +1,5 @@
 """The per-task lm-eval YAMLs and OpenCompass configs of the in-context NLU suite, from ``eval_tasks/nlu/nlu.py``, and
-the code tasks' lm-eval YAMLs from ``eval_tasks/code_tasks.py`` (``distmatch_<key>.yaml``, including
+the code tasks' lm-eval YAMLs from ``eval_tasks/code/code_tasks.py`` (``distmatch_<key>.yaml``, including
 ``_code_template_yaml``).
 
 Written by ``python tools/generate.py`` (``make generate``; this module only renders the text, the tool compares and
@@ -8,7 +8,7 @@ tasks are listed. From it, in the way lm-eval's ``_generate_configs.py`` scripts
 ``include`` a hand-written template:
 
 * ``eval_tasks/nlu/distmatch_<key>.yaml`` (one per retrieval task, including ``_icl_template_yaml``)
-  and the group ``distmatch_nlu.yaml``; the code tasks' YAMLs in ``eval_tasks/lm_eval_tasks/code/``;
+  and the group ``distmatch_nlu.yaml``; the code tasks' YAMLs in ``eval_tasks/code/``;
 * ``eval_tasks/opencompass_configs/datasets/distmatch/distmatch_<key>_topk_ppl.py`` (one per retrieval task), the
   suites ``distmatch_nlu_topk_ppl.py`` and ``distmatch_nlu_emo_code_topk_ppl.py``;
 * the summarizers ``eval_tasks/opencompass_configs/summarizers/distmatch_nlu{,_emo_code}.py``.
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from string import Template
 
-from eval_tasks import code_tasks
+from eval_tasks.code import code_tasks
 from eval_tasks.nlu import nlu
 from eval_tasks.task_options import TASK_OPTIONS
 
@@ -33,7 +33,7 @@ COMMAND = "python tools/generate.py"
 LM_EVAL_DIR = Path("eval_tasks/lm_eval_tasks")
 #: the family packages that hold generated YAMLs (each beside the template its YAMLs `include`)
 LM_EVAL_NLU_DIR = Path("eval_tasks/nlu")
-LM_EVAL_CODE_DIR = LM_EVAL_DIR / "code"
+LM_EVAL_CODE_DIR = Path("eval_tasks/code")
 OC_DATASETS_DIR = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 OC_SUMMARIZERS_DIR = Path("eval_tasks/opencompass_configs/summarizers")
 
@@ -259,7 +259,9 @@ def lm_eval_group_yaml() -> str:
 
 
 def lm_eval_code_task_yaml(spec: code_tasks.CodeTaskSpec) -> str:
-    header = f"# Generated from eval_tasks/code_tasks.py by `{COMMAND}`; do not edit (`--check` compares).\n"
+    header = (
+        f"# Generated from eval_tasks/code/code_tasks.py by `{COMMAND}`; do not edit (`--check` compares).\n"
+    )
     return header + CODE_TASK.substitute(task=spec.task, key=spec.key, title=spec.title, note=spec.note)
 
 
@@ -378,6 +380,7 @@ def leftovers(root: Path, keep: set[Path]) -> list[Path]:
     for folder in (
         LM_EVAL_DIR,
         LM_EVAL_DIR / "nlu",
+        LM_EVAL_DIR / "code",
         LM_EVAL_NLU_DIR,
         LM_EVAL_CODE_DIR,
         OC_DATASETS_DIR,

@@ -131,7 +131,8 @@ def _data_tasks(task_names: Iterable[str]) -> list[str]:
 
 def requested_splits(task_names: Iterable[str]) -> list[tuple[str, str, str]]:
     """(data key, Hub dataset id, split) of every split the requested distmatch tasks load."""
-    from eval_tasks import code_tasks, dataset_loading
+    from eval_tasks import dataset_loading
+    from eval_tasks.code import code_tasks
     from eval_tasks.nlu import nlu
 
     splits = []

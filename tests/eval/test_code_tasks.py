@@ -1,4 +1,4 @@
-"""eval_tasks.code_tasks: Magicoder's prompts, the completion cut, the test programs (run in the sandbox), the
+"""eval_tasks.code.code_tasks: Magicoder's prompts, the completion cut, the test programs (run in the sandbox), the
 loaders on fixture rows in the datasets' own formats, and the code tasks' options."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks import code_tasks as ct
+from eval_tasks.code import code_tasks as ct
 from eval_tasks.sandbox import execute
 from eval_tasks.task_options import check_task_options, family_of_task, resolve
 

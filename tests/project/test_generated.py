@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import code_tasks
+from eval_tasks.code import code_tasks
 from eval_tasks.nlu import nlu
 from tests.helpers.env import REPO_ROOT
 from tests.helpers.modules import load_module
@@ -30,7 +30,7 @@ SCRIPT = REPO / "tools" / "generate.py"
 HEADER = "by `python tools/generate.py`"
 LM_EVAL = Path("eval_tasks/lm_eval_tasks")
 NLU = Path("eval_tasks/nlu")  # the generated YAMLs sit in their family packages
-CODE = LM_EVAL / "code"
+CODE = Path("eval_tasks/code")
 DATASETS = Path("eval_tasks/opencompass_configs/datasets/distmatch")
 SUMMARIZERS = Path("eval_tasks/opencompass_configs/summarizers")
 NAMES_MODULE = Path("distmatch/_loss_names.py")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks.code_tasks import completion_program, prompt_text
+from eval_tasks.code.code_tasks import completion_program, prompt_text
 from eval_tasks.sandbox import MAX_TIMEOUT_S, execute
 from tests.eval.lm_eval_tasks.helpers import (
     _check,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks import code_tasks as ct
 from eval_tasks import sandbox
+from eval_tasks.code import code_tasks as ct
 from eval_tasks.task_options import TASK_OPTIONS, check_task_options
 
 pytestmark = [

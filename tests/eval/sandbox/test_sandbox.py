@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks import code_tasks as ct
 from eval_tasks import sandbox
+from eval_tasks.code import code_tasks as ct
 from eval_tasks.sandbox import harness
 from eval_tasks.sandbox.config import UID_BASE
 from tests.eval.sandbox.conftest import run, scratch_folders

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from eval_tasks.code_tasks import code_documents, completion_program, prompt_text
+from eval_tasks.code.code_tasks import code_documents, completion_program, prompt_text
 from eval_tasks.lm_eval_tasks.task_base import DistMatchTask, dataset_dict
 from eval_tasks.metrics.pass_at_k import PASS_AT_K, pass_at_k
 from eval_tasks.sandbox import execute_many
