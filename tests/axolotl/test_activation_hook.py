@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow  # axolotl_env: tests/conftest.py FOLDER_MARKERS
+pytestmark = pytest.mark.slow  # axolotl_env: tests/placement.py
 
 axolotl = pytest.importorskip("axolotl")
 

@@ -17,7 +17,7 @@ LAYOUTS = ("accelerate", "accelerate_tied", "separate_head", "head_embed_tied", 
 TIED = {"accelerate_tied", "head_embed_tied"}
 TOL = 1e-12  # float64 throughout: sharded and unsharded differ only in summation order
 
-pytestmark = pytest.mark.slow  # multiprocess: tests/conftest.py FOLDER_MARKERS
+pytestmark = pytest.mark.slow  # multiprocess: tests/placement.py
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from tests.helpers.env import extensions_dir
 from tests.helpers.tiny_model import build_tiny_llama, write_sft_jsonl
 from tests.helpers.warm_cli import WarmCli
 
-pytestmark = pytest.mark.slow  # multiprocess: tests/conftest.py FOLDER_MARKERS
+pytestmark = pytest.mark.slow  # multiprocess: tests/placement.py
 
 STEPS = 2
 LOCAL_BATCH = 4

@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.dist_common import LOSS_CASES, WORLD, torchrun
 
-pytestmark = pytest.mark.slow  # multiprocess: tests/conftest.py FOLDER_MARKERS
+pytestmark = pytest.mark.slow  # multiprocess: tests/placement.py
 TOL = 1e-5  # float32 under DeepSpeed against the float64 reference (measured: < 1e-6)
 
 

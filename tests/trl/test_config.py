@@ -26,7 +26,7 @@ from tests.helpers.sft import (  # noqa: E402
 from trl_ext.config import LOSS_CHOICES, DistMatchSFTConfig  # noqa: E402
 from trl_ext.trainer import DistMatchSFTTrainer  # noqa: E402
 
-# trl_trainer is set on tests/trl/ by tests/conftest.py (FOLDER_MARKERS).
+# trl_trainer is set on tests/trl/ by tests/placement.py.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 

@@ -45,7 +45,7 @@ from trl_ext.cost_embedding import (  # noqa: E402
 )
 from trl_ext.losses import reference_token_loss  # noqa: E402
 
-# trl_trainer is set on tests/trl/ by tests/conftest.py (FOLDER_MARKERS).
+# trl_trainer is set on tests/trl/ by tests/placement.py.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 

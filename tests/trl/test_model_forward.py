@@ -35,7 +35,7 @@ from trl_ext.losses import reference_token_loss  # noqa: E402
 from trl_ext.model_forward import LossRequest, install_loss_forward  # noqa: E402
 from trl_ext.trainer import DistMatchSFTTrainer  # noqa: E402
 
-# trl_trainer is set on tests/trl/ by tests/conftest.py (FOLDER_MARKERS).
+# trl_trainer is set on tests/trl/ by tests/placement.py.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 

@@ -21,7 +21,7 @@ from eval_tasks.nlu import nlu
 from tests.helpers.env import REPO_ROOT
 from tests.helpers.eval_fixtures import MMLU_SUBJECTS, write_eval_data
 
-pytestmark = pytest.mark.slow  # opencompass_env: tests/conftest.py FOLDER_MARKERS
+pytestmark = pytest.mark.slow  # opencompass_env: tests/placement.py
 
 CONFIGS = REPO_ROOT / "eval_tasks" / "opencompass_configs"
 DATASETS = CONFIGS / "datasets" / "distmatch"
