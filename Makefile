@@ -179,50 +179,41 @@ $(CORE_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV)/.torch-spec
 	$(VENV)/bin/python -m tests.helpers.env
 	@touch $@
 
-$(AXO_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_AXOLOTL)/.torch-spec
-	$(call venv_base,$(VENV_AXOLOTL),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(INSTALL) $(VENV_AXOLOTL)/bin/python $(PIP_INSTALL_ARGS) $(AXOLOTL_REQS)
-	$(call venv_freeze,$(VENV_AXOLOTL))
-	$(INSTALL) $(VENV_AXOLOTL)/bin/python $(PIP_INSTALL_ARGS) --no-deps -e .
-	$(call venv_hooks,$(VENV_AXOLOTL))
-	$(INSTALL) $(VENV_AXOLOTL)/bin/python $(PIP_INSTALL_ARGS) -c $(VENV_AXOLOTL)/.distmatch-constraints.txt $(TEST_TOOLS)
-	$(call venv_report,$(VENV_AXOLOTL),axolotl torch transformers trl peft accelerate datasets triton)
-	@touch $@
+# The framework venvs, one template: $(1) venv dir, $(2) more inputs of its stamp, $(3) a first check (or empty),
+# $(4) interpreter, $(5) torch requirement, $(6) torch pip arguments, $(7) the framework's requirements, $(8) `hooks`
+# to install the activation hooks' .pth files (or empty), $(9) the test tools, $(10) distributions to report,
+# $(11) the tolerated `pip check` lines (or empty). The framework goes in first with its own pins, which are then frozen
+# so that distmatch (editable, --no-deps) and the test tools cannot move one. Arguments that are variables are given
+# as `$$(NAME)`: they are expanded when the recipe runs, as in a hand-written rule.
+define framework_venv
+$(1)/.distmatch-installed: pyproject.toml $(2) $(1)/.torch-spec
+	$(3)
+	$$(call venv_base,$(1),$(4),$(5),$(6))
+	$$(INSTALL) $(1)/bin/python $$(PIP_INSTALL_ARGS) $(7)
+	$$(call venv_freeze,$(1))
+	$$(INSTALL) $(1)/bin/python $$(PIP_INSTALL_ARGS) --no-deps -e .
+	$(if $(8),$$(call venv_hooks,$(1)))
+	$$(INSTALL) $(1)/bin/python $$(PIP_INSTALL_ARGS) -c $(1)/.distmatch-constraints.txt $(9)
+	$$(call venv_report,$(1),$(10),$(11))
+	@touch $$@
+endef
+
+# Axolotl 0.19 with its hard pins.
+$(eval $(call framework_venv,$(VENV_AXOLOTL),$$(HOOKS_PTH),,$$(PYTHON),$$(TORCH_SPEC),$$(TORCH_PIP_ARGS),$$(AXOLOTL_REQS),hooks,$$(TEST_TOOLS),axolotl torch transformers trl peft accelerate datasets triton,))
 
 # Axolotl 0.21 pins transformers 5.20.1, trl 1.14.1, peft 0.21.2, accelerate 1.15.0, datasets 5.0.1; it needs no
-# triton pin (torch 2.14.1 brings a matching Triton).
-$(AXO_LATEST_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_AXOLOTL_LATEST)/.torch-spec
-	@$(PYTHON_LATEST) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || \
-		{ echo "==> $(VENV_AXOLOTL_LATEST) needs Python >= 3.12: set PYTHON_LATEST=/path/to/python3.12"; exit 1; }
-	$(call venv_base,$(VENV_AXOLOTL_LATEST),$(PYTHON_LATEST),$(TORCH_SPEC_LATEST),$(TORCH_PIP_ARGS_LATEST))
-	$(INSTALL) $(VENV_AXOLOTL_LATEST)/bin/python $(PIP_INSTALL_ARGS) $(AXOLOTL_LATEST_REQS)
-	$(call venv_freeze,$(VENV_AXOLOTL_LATEST))
-	$(INSTALL) $(VENV_AXOLOTL_LATEST)/bin/python $(PIP_INSTALL_ARGS) --no-deps -e .
-	$(call venv_hooks,$(VENV_AXOLOTL_LATEST))
-	$(INSTALL) $(VENV_AXOLOTL_LATEST)/bin/python $(PIP_INSTALL_ARGS) -c $(VENV_AXOLOTL_LATEST)/.distmatch-constraints.txt $(TEST_TOOLS)
-	$(call venv_report,$(VENV_AXOLOTL_LATEST),axolotl torch transformers trl peft accelerate datasets deepspeed)
-	@touch $@
+# triton pin (torch 2.14.1 brings a matching Triton). Its interpreter must be Python >= 3.12.
+# (make joins the two lines with a space: one shell command, as before.)
+LATEST_PYTHON_CHECK = @$(PYTHON_LATEST) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || \
+	{ echo "==> $(VENV_AXOLOTL_LATEST) needs Python >= 3.12: set PYTHON_LATEST=/path/to/python3.12"; exit 1; }
+$(eval $(call framework_venv,$(VENV_AXOLOTL_LATEST),$$(HOOKS_PTH),$$(LATEST_PYTHON_CHECK),$$(PYTHON_LATEST),$$(TORCH_SPEC_LATEST),$$(TORCH_PIP_ARGS_LATEST),$$(AXOLOTL_LATEST_REQS),hooks,$$(TEST_TOOLS),axolotl torch transformers trl peft accelerate datasets deepspeed,))
 
-$(OC_STAMP): pyproject.toml $(HOOKS_PTH) $(VENV_OC)/.torch-spec
-	$(call venv_base,$(VENV_OC),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(INSTALL) $(VENV_OC)/bin/python $(PIP_INSTALL_ARGS) $(OC_REQS)
-	$(call venv_freeze,$(VENV_OC))
-	$(INSTALL) $(VENV_OC)/bin/python $(PIP_INSTALL_ARGS) --no-deps -e .
-	$(call venv_hooks,$(VENV_OC))
-	$(INSTALL) $(VENV_OC)/bin/python $(PIP_INSTALL_ARGS) -c $(VENV_OC)/.distmatch-constraints.txt pytest pytest-timeout pytest-xdist
-	$(call venv_report,$(VENV_OC),opencompass torch transformers numpy pyarrow datasets sentence-transformers,$(OC_PIP_CHECK_OK))
-	@touch $@
+# OpenCompass 0.5.4 (no ruff there: lint runs in .venv).
+$(eval $(call framework_venv,$(VENV_OC),$$(HOOKS_PTH),,$$(PYTHON),$$(TORCH_SPEC),$$(TORCH_PIP_ARGS),$$(OC_REQS),hooks,pytest pytest-timeout pytest-xdist,opencompass torch transformers numpy pyarrow datasets sentence-transformers,$$(OC_PIP_CHECK_OK)))
 
-# ms-swift (docs/swift.md). distmatch with --no-deps: its
-# declared trl>=1.9 cannot resolve beside ms-swift's trl<1.0, and the plugin needs only torch from it.
-$(SWIFT_STAMP): pyproject.toml $(VENV_SWIFT)/.torch-spec
-	$(call venv_base,$(VENV_SWIFT),$(PYTHON),$(TORCH_SPEC),$(TORCH_PIP_ARGS))
-	$(INSTALL) $(VENV_SWIFT)/bin/python $(PIP_INSTALL_ARGS) $(SWIFT_REQS)
-	$(call venv_freeze,$(VENV_SWIFT))
-	$(INSTALL) $(VENV_SWIFT)/bin/python $(PIP_INSTALL_ARGS) --no-deps -e .
-	$(INSTALL) $(VENV_SWIFT)/bin/python $(PIP_INSTALL_ARGS) -c $(VENV_SWIFT)/.distmatch-constraints.txt pytest pytest-timeout pytest-xdist
-	$(call venv_report,$(VENV_SWIFT),ms-swift torch transformers trl,$(SWIFT_PIP_CHECK_OK))
-	@touch $@
+# ms-swift (docs/swift.md). distmatch with --no-deps: its declared trl>=1.9 cannot resolve beside ms-swift's trl<1.0,
+# and the plugin needs only torch from it. No activation hooks there.
+$(eval $(call framework_venv,$(VENV_SWIFT),,,$$(PYTHON),$$(TORCH_SPEC),$$(TORCH_PIP_ARGS),$$(SWIFT_REQS),,pytest pytest-timeout pytest-xdist,ms-swift torch transformers trl,$$(SWIFT_PIP_CHECK_OK)))
 
 $(VENV): $(CORE_STAMP)
 $(VENV_SWIFT): $(SWIFT_STAMP)
