@@ -24,8 +24,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from eval_tasks import best_of_n as B
 from eval_tasks import samples as S
+from eval_tasks.best_of_n import best_of_n as B
 from eval_tasks.samples import InputError
 
 __all__ = ["add_commands", "cmd_reward", "cmd_voting"]

@@ -309,7 +309,7 @@ def preflight(
     settings = check_generation_backend(names, metadata, model, os.environ)
     # a causal LM as reward model: refused before sampling
     if "chat_bon" in map(family_of_task, _task_keys(names)):
-        from eval_tasks.best_of_n import check_reward_model_folder
+        from eval_tasks.best_of_n.best_of_n import check_reward_model_folder
 
         check_reward_model_folder(str(resolve("chat_bon", metadata)["reward_model"]))
     # The option table's value (option, else its environment variable); check_options_apply has refused a protocol

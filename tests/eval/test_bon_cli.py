@@ -118,7 +118,7 @@ def test_reward_scores_samples_and_gpt4_references(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
 
-    from eval_tasks.best_of_n import RewardScorer
+    from eval_tasks.best_of_n.best_of_n import RewardScorer
     from eval_tasks.metrics.voting import reward_best_of_n, win_rate_best_of_n
     from trl_ext.testing import build_tiny_reward_model, build_tokenizer
 

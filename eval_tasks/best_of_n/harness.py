@@ -13,16 +13,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from eval_tasks import best_of_n
+from eval_tasks.best_of_n import best_of_n
 from eval_tasks.lm_eval_tasks.task_base import DistMatchTask, dataset_dict
 from eval_tasks.task_options import TASK_OPTIONS, resolve
 
 __all__ = [
     "AlpacaEvalBONTask",
     "MathVotingTask",
+    "SampledTask",
     "load_alpacaeval_dataset",
     "load_math_dataset",
     "math_voting_process_results",
+    "metric_list",
     "reward_bon_process_results",
 ]
 
@@ -55,11 +57,15 @@ def reward_bon_process_results(doc: Mapping[str, Any], results: list[list[str]])
     return {**scores, "reference_reward": rewards[-1]}
 
 
-def _metric_list(names: list[str]) -> list[dict[str, Any]]:
+def metric_list(names: list[str]) -> list[dict[str, Any]]:
+    """lm-eval's ``metric_list`` of per-question scores averaged over questions (``no_answer``: lower is better)."""
     return [{"metric": n, "aggregation": "mean", "higher_is_better": n != "no_answer"} for n in names]
 
 
-class _SampledTask(DistMatchTask):
+class SampledTask(DistMatchTask):
+    """A task of ``bon_samples`` samples per question, all kept, scored together (the math voting tasks of
+    :mod:`eval_tasks.math.harness` and AlpacaEval best-of-n)."""
+
     WANTS_CHAT_TEMPLATE = True
 
     def _sampling(self, config: dict[str, Any], greedy: bool = False) -> int:
@@ -84,7 +90,7 @@ class _SampledTask(DistMatchTask):
         return n
 
 
-class MathVotingTask(_SampledTask):
+class MathVotingTask(SampledTask):
     """GSM8K / MATH: MV@k and BON@k (coverage) over the first k samples; ``acc`` when ``greedy``."""
 
     FAMILY = "math"
@@ -94,7 +100,7 @@ class MathVotingTask(_SampledTask):
         self.greedy = bool(self.resolved["greedy"])
         self._sampling(config, greedy=self.greedy)
         names = ["acc"] if self.greedy else [f"{m}@{k}" for m in ("mv", "bon") for k in self.ks]
-        config["metric_list"] = _metric_list([*names, "no_answer"])
+        config["metric_list"] = metric_list([*names, "no_answer"])
 
     def process_results(self, doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
         samples = [str(s) for s in results[0]]
@@ -106,7 +112,7 @@ class MathVotingTask(_SampledTask):
         return scores
 
 
-class AlpacaEvalBONTask(_SampledTask):
+class AlpacaEvalBONTask(SampledTask):
     """AlpacaEval best-of-n: each sample and the GPT-4 reference scored by ``reward_model``; Reward BON@k and the
     Bradley-Terry win rate over the first k samples (GEM Table 4)."""
 
@@ -115,7 +121,7 @@ class AlpacaEvalBONTask(_SampledTask):
     def prepare_config(self, config: dict[str, Any]) -> None:
         self._sampling(config)
         names = [f"{m}@{k}" for m in ("reward_bon", "win_rate_bon") for k in self.ks]
-        config["metric_list"] = _metric_list([*names, "reference_reward"])
+        config["metric_list"] = metric_list([*names, "reference_reward"])
         config["metadata"]["reward_model"] = str(self.resolved["reward_model"])
         self._scorer: best_of_n.RewardScorer | None = None
 
