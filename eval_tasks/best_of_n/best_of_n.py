@@ -3,7 +3,7 @@
 * GSM8K (``openai/gsm8k`` ``main`` test, 1,319 questions) and MATH (``EleutherAI/hendrycks_math``, the 5,000 test
   problems of its seven subjects; rows as MetaMath reads them, ``instruction`` / ``output``, are accepted too):
   GEM's zero-shot instruction (:data:`GEM_MATH_PROMPT`, from the GEM repository's ``evaluation_gsm8k_voting.py``,
-  typographic apostrophe included) as one user turn; answers read by :mod:`eval_tasks.math_answers`; per question
+  typographic apostrophe included) as one user turn; answers read by :mod:`eval_tasks.math.math_answers`; per question
   MV@k and BON@k (coverage) over the first k samples (:func:`math_question_scores`).
 * AlpacaEval (``tatsu-lab/alpaca_eval``, the 805 ``eval`` rows; the GPT-4 (1106-preview) reference outputs of config
   ``alpaca_eval_gpt4_baseline``, i.e. the alpaca_eval repository's ``results/gpt4_1106_preview/model_outputs.json``):
@@ -21,7 +21,7 @@ from typing import Any
 
 from distmatch.errors import DistMatchConfigError
 from distmatch.optional import require
-from eval_tasks.math_answers import (
+from eval_tasks.math.math_answers import (
     canonical_math_answer,
     extract_gsm8k_answer,
     extract_math_answer,

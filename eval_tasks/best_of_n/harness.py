@@ -1,5 +1,6 @@
-"""lm-eval task classes and loaders of GEM's best-of-n / voting tasks (``distmatch_gsm8k``, ``distmatch_math``,
-``distmatch_alpacaeval_bon``; the YAMLs point here through ``utils.py``).
+"""lm-eval task classes and loaders of GEM's best-of-n tasks: what the sampled tasks share (:class:`SampledTask`,
+also the base of the math voting tasks ``distmatch_gsm8k`` / ``distmatch_math`` of :mod:`eval_tasks.math.harness`)
+and ``distmatch_alpacaeval_bon`` (its YAML points here through ``utils.py``).
 
 ``bon_samples`` samples per question (lm-eval ``repeats``, all kept by a ``take_first_k`` filter); one score dict
 per question with a key per depth k (1, 4, 8, 16, 32 up to ``bon_samples``), each averaged over questions. The
@@ -19,11 +20,8 @@ from eval_tasks.task_options import TASK_OPTIONS, resolve
 
 __all__ = [
     "AlpacaEvalBONTask",
-    "MathVotingTask",
     "SampledTask",
     "load_alpacaeval_dataset",
-    "load_math_dataset",
-    "math_voting_process_results",
     "metric_list",
     "reward_bon_process_results",
 ]
@@ -32,20 +30,9 @@ __all__ = [
 MAX_NEW_TOKENS = {"math": (256, 512), "chat_bon": (512, 2048)}
 
 
-def load_math_dataset(distmatch_task: str, **options: Any) -> Any:
-    data_dir = resolve("math", options, f"distmatch_{distmatch_task}")["data_dir"]
-    return dataset_dict(best_of_n.math_documents(distmatch_task, data_dir=data_dir))
-
-
 def load_alpacaeval_dataset(**options: Any) -> Any:
     data_dir = resolve("chat_bon", options, "distmatch_alpacaeval_bon")["data_dir"]
     return dataset_dict(best_of_n.alpacaeval_documents(data_dir=data_dir))
-
-
-def math_voting_process_results(doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
-    """Default options (the task class passes its own); GSM8K scoring."""
-    samples = [str(s) for s in results[0]]
-    return best_of_n.math_question_scores("gsm8k", samples, str(doc["gold"]), best_of_n.ks_for(len(samples)))
 
 
 def reward_bon_process_results(doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
@@ -88,28 +75,6 @@ class SampledTask(DistMatchTask):
         config["metadata"]["bon_samples"] = n
         self.ks = best_of_n.ks_for(n)
         return n
-
-
-class MathVotingTask(SampledTask):
-    """GSM8K / MATH: MV@k and BON@k (coverage) over the first k samples; ``acc`` when ``greedy``."""
-
-    FAMILY = "math"
-
-    def prepare_config(self, config: dict[str, Any]) -> None:
-        self.kind = str((config.get("dataset_kwargs") or {}).get("distmatch_task", "gsm8k"))
-        self.greedy = bool(self.resolved["greedy"])
-        self._sampling(config, greedy=self.greedy)
-        names = ["acc"] if self.greedy else [f"{m}@{k}" for m in ("mv", "bon") for k in self.ks]
-        config["metric_list"] = metric_list([*names, "no_answer"])
-
-    def process_results(self, doc: Mapping[str, Any], results: list[list[str]]) -> dict[str, float]:
-        samples = [str(s) for s in results[0]]
-        scores = best_of_n.math_question_scores(
-            self.kind, samples, str(doc["gold"]), self.ks, checker=self.resolved["math_checker"]
-        )
-        if self.greedy:
-            return {"acc": scores["bon@1"], "no_answer": scores["no_answer"]}
-        return scores
 
 
 class AlpacaEvalBONTask(SampledTask):

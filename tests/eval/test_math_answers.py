@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks.math_answers import (
+from eval_tasks.math.math_answers import (
     canonical_math_answer,
     extract_gsm8k_answer,
     extract_math_answer,

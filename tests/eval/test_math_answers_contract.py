@@ -1,4 +1,4 @@
-"""eval_tasks.math_answers against the reference scripts' behaviour, for what the other math tests leave open:
+"""eval_tasks.math.math_answers against the reference scripts' behaviour, for what the other math tests leave open:
 Hendrycks' ``_fix_fracs`` (hendrycks/math ``modeling/math_equivalence.py``: every ``\\frac`` piece is kept, in order,
 with the text before the first), ``last_boxed_only_string`` + ``remove_boxed`` (a box command not followed by ``{``
 is no box: None), and the ``math_verify`` checker's contract (docs/evaluation.md: an answer that could not be read
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from eval_tasks.math_answers import is_equiv, math_answer_correct, math_gold_answer, strip_math_string
+from eval_tasks.math.math_answers import is_equiv, math_answer_correct, math_gold_answer, strip_math_string
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval_tasks.math_answers import is_equiv, strip_math_string
+from eval_tasks.math.math_answers import is_equiv, strip_math_string
 
 
 @pytest.mark.parametrize(

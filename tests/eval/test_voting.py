@@ -7,7 +7,7 @@ import math
 import pytest
 
 from distmatch.errors import DistMatchConfigError
-from eval_tasks.math_answers import is_equiv
+from eval_tasks.math.math_answers import is_equiv
 from eval_tasks.metrics.voting import majority_vote, reward_best_of_n, voting_accuracies, win_rate_best_of_n
 
 

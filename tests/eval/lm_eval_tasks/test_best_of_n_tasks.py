@@ -17,7 +17,12 @@ import pytest
 
 from distmatch.errors import DistMatchConfigError
 from eval_tasks.best_of_n.best_of_n import GEM_MATH_PROMPT, RewardScorer
-from eval_tasks.math_answers import canonical_math_answer, extract_gsm8k_answer, extract_math_answer, is_equiv
+from eval_tasks.math.math_answers import (
+    canonical_math_answer,
+    extract_gsm8k_answer,
+    extract_math_answer,
+    is_equiv,
+)
 from eval_tasks.metrics.voting import reward_best_of_n, voting_accuracies, win_rate_best_of_n
 from tests.eval.lm_eval_tasks.helpers import _check, _lm_eval_cmd, _results, _run, _samples, needs_lm_eval
 from tests.helpers.env import REPO_ROOT
