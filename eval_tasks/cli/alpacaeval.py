@@ -1,5 +1,5 @@
 """``distmatch-eval alpacaeval`` (``prompts``, ``export``, ``winrate``): AlpacaEval (EMO Tables 9-10) around the
-judging, which runs outside with the user's judge; the formats and the win rate are :mod:`eval_tasks.alpacaeval`'s.
+judging, which runs outside with the user's judge; the formats and the win rate are :mod:`eval_tasks.chat.alpacaeval`'s.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eval_tasks import alpacaeval as A
 from eval_tasks import samples
+from eval_tasks.chat import alpacaeval as A
 from eval_tasks.samples import InputError
 
 __all__ = ["add_commands", "cmd_alpacaeval"]

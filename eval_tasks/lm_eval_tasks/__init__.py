@@ -1,4 +1,4 @@
-"""The distmatch lm-eval tasks (YAML + Python helpers), shipped as package data.
+"""The lm-eval glue of the distmatch tasks: where lm-eval finds them, the group member lists, the pre-flight check.
 
 One package per benchmark family under ``eval_tasks/`` (``nlu/``, ``creative/``, ...: its task logic, lm-eval task
 classes, YAMLs, the ``utils.py`` they reference and a README); this package is the lm-eval glue. ``TASK_DIR`` is the
@@ -9,8 +9,9 @@ in lm-eval releases that read it, through the ``lm_eval.tasks`` entry point; wit
 
     lm_eval run --include_path "$(python -m eval_tasks.lm_eval_tasks)" --tasks distmatch_nlu ...
 
-Importing this package imports nothing heavy (no lm-eval): the task classes live in
-:mod:`eval_tasks.lm_eval_tasks.harness`.
+Importing this package imports nothing heavy (no lm-eval): the task classes live in the family packages
+(``eval_tasks/<family>/harness.py``), what they share in :mod:`eval_tasks.lm_eval_tasks.task_base`;
+:mod:`eval_tasks.lm_eval_tasks.preflight` checks the ``--metadata`` options before the model loads.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import alpacaeval as A
+from eval_tasks.chat import alpacaeval as A
 from eval_tasks.cli import main
 from eval_tasks.samples import InputError
 

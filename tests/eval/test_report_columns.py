@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_tasks import alpacaeval as A
 from eval_tasks import published as P
+from eval_tasks.chat import alpacaeval as A
 from eval_tasks.report.collect import RunData, collect_run
 from eval_tasks.report.emo_generation import ORACLE, TABLE1, open_ended_section, win_rate_section
 from eval_tasks.report.labels import NLU_ORDER

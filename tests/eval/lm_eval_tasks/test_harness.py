@@ -1,4 +1,4 @@
-"""The lm-eval task classes, loaders and metrics (`eval_tasks/lm_eval_tasks/harness.py`), run through the real
+"""The lm-eval task classes, loaders and metrics (`eval_tasks/<family>/harness.py`), run through the real
 `lm_eval` CLI on a tiny random Llama and fixture data (the `suite_run` of conftest.py: `--include_path`, activation
 hook off)."""
 

@@ -1,4 +1,4 @@
-"""The papers' published protocols in the lm-eval tasks (`eval_tasks/lm_eval_tasks/harness.py` with
+"""The papers' published protocols in the lm-eval tasks (`eval_tasks/<family>/harness.py` with
 `--metadata '{"protocol": "emo_official" | "gem_official"}'`), run through the real `lm_eval` CLI."""
 
 from __future__ import annotations

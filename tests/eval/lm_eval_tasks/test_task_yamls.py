@@ -46,9 +46,7 @@ def test_task_yaml_protocol_values() -> None:
         "top_p": 0.9,
         "max_gen_toks": 512,
     }
-    ifeval = yaml.load(
-        (folder / "lm_eval_tasks" / "ifeval" / "distmatch_ifeval.yaml").read_text(), Loader=Loader
-    )
+    ifeval = yaml.load((folder / "chat" / "distmatch_ifeval.yaml").read_text(), Loader=Loader)
     assert (
         ifeval["generation_kwargs"]["max_gen_toks"] == 1024
         and ifeval["generation_kwargs"]["do_sample"] is False

@@ -1,5 +1,5 @@
-"""lm-eval task class, loader and metrics of IFEval (the YAMLs of ``ifeval/`` point here). Options:
-:mod:`eval_tasks.lm_eval_tasks.task_base`."""
+"""The lm-eval task class, loader and metrics of GEM's IFEval (the YAML beside this module references them through
+``utils.py``; the metrics are lm-eval's own IFEval ones). Options: :mod:`eval_tasks.lm_eval_tasks.task_base`."""
 
 from __future__ import annotations
 
