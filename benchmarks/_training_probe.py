@@ -13,7 +13,7 @@ in its worker process) and the GPU check's `trl sft` runs (tools/gpu_check_steps
   its top.
 * `summarise(record, warmup)`: tokens/s over the steps after the first `warmup` (their tokens over their wall time:
   from the end of the last untimed step, or training's start, to the end of the last step), seconds per step, peak
-  MiB, the first and last logged loss.
+  MiB, the first and last logged loss, the trainable parameters (a LoRA run's adapter).
 * `add_ratios(runs, baseline)`: each measured run's tokens/s and peak MiB over the baseline run's.
 """
 
@@ -75,7 +75,9 @@ def attach(
     from transformers import TrainerCallback
 
     cuda = trainer.args.device.type == "cuda"
+    model = getattr(trainer, "model", None)
     record.update(
+        trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad) if model else None,
         trainer_class=type(trainer).__name__,
         device=torch.cuda.get_device_name(trainer.args.device) if cuda else "cpu",
         settings=_run_options(trainer.args),
@@ -204,6 +206,7 @@ def summarise(record: dict[str, Any], warmup: int) -> dict[str, Any]:
         "loss_last": losses[-1],
         "device": record.get("device"),
         "trainer_class": record.get("trainer_class"),
+        "trainable_params": record.get("trainable_params"),
         "finished": record.get("finished", False),
         "steps_done": len(ends),
         "trainer_ready_after_s": record.get("trainer_ready_after_s"),

@@ -7,13 +7,15 @@ each step and each training run is one entry of tools/gpu_check_table.py:
 * install: the kit's wheels (`make gpu-kit`: build/gpu-kit/wheels) offline into a target folder (`--site`) that goes
   first on PYTHONPATH, `--no-deps` (the image's torch is never touched); its `sitecustomize.py` processes the
   folder's `.pth` files (our `trl sft --loss` hook) and installs the training probe (benchmarks/_training_probe.py);
-* `triton`: tests/losses/test_triton.py and test_kernel_contract.py (junit XML);
 * `memory`: benchmarks/bench_fused_memory.py at Llama-3-8B's head (N 8192, bf16): our fused rows under each memory
   setting (chunk logits, weight-gradient accumulator, chunk budget) and Liger's, extra memory, time and float64 error;
+* `train`: real `trl sft` runs on a model with Llama-3.2-1B's shapes built in code (d 2048, 16 layers, 32/8 heads,
+  vocabulary 128,256), bf16, sequence 2,048, padding-free packing, the best attention available, gradient
+  checkpointing: TRL with `--use_liger_kernel`, `--loss ce / gem_ls / emo / asft`, and LoRA (r 16) runs of TRL+Liger,
+  `ce` and `gem_ls`; tokens/s and peak memory, ratios to TRL's default and each goal's (issue 53 goal 2: against
+  TRL+Liger);
+* `triton`: tests/losses/test_triton.py and test_kernel_contract.py (junit XML);
 * `parity`: a packed padding-free batch against its documents one by one (loss and every gradient);
-* `train`: real `trl sft` runs on a Llama-3-style model built in code (vocabulary 128,256), bf16, sequence 2,048,
-  padding-free packing, the best attention available, gradient checkpointing: TRL's default loss with and without
-  `--use_liger_kernel`, and `--loss ce / gem_ls / emo / asft`; tokens/s and peak memory, ratios to TRL's default;
 * `bench`: benchmarks/bench_losses.py at Llama-3-8B's head (N 8192, bf16) against full logits, Liger, CCE;
 * `summary.md` (and `summary.json`): how each step's process ended, each part's verdict (`ok` / `pass` only when
   all its work succeeded), then the training and benchmark tables (docs/benchmarks.md "The summary").

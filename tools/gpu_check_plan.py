@@ -78,6 +78,21 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Goal:
+    """A training run's goal (issue 53 goal 2): its tokens/s at least `speed` times the run `vs`'s, and its peak
+    memory at most `memory` times that run's (None: not asked; both None: measured and reported only)."""
+
+    vs: str
+    speed: float | None = None
+    memory: float | None = None
+
+    def text(self) -> str:
+        asked = [f">= {self.speed:g}x tokens/s" if self.speed is not None else ""]
+        asked.append(f"<= {self.memory:g}x peak memory" if self.memory is not None else "")
+        return ", ".join(a for a in asked if a) or "reported"
+
+
+@dataclass(frozen=True)
 class Run:
     """One `trl sft` run of the train step (one entry of `gpu_check_table.RUNS`).
 
@@ -89,6 +104,7 @@ class Run:
     * `needs`: a package besides TRL, (its distribution as the environment line names it, as pip names it);
       without it the run is not started and reads `not run (needs ...)`, never ok.
     * `gpu_default`, `cpu_default`: in the default `--runs` of the GPU run and of the CPU dry run.
+    * `goal`: what it is measured against (`Goal`), read into the summary's goals table; None: no goal.
     """
 
     name: str
@@ -98,6 +114,7 @@ class Run:
     needs: tuple[str, str] | None = None
     gpu_default: bool = False
     cpu_default: bool = False
+    goal: Goal | None = None
 
     def argv(self) -> list[str]:
         """Its own `trl sft` arguments: `args`, then each setting as `--option value`."""

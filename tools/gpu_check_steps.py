@@ -11,7 +11,7 @@ from typing import Any
 
 from gpu_check_plan import BASELINE, Context, Run, flags
 from gpu_check_runner import install, launcher, training_probe
-from gpu_check_verdicts import junit_counts, junit_skips, read_benchmark_report, run_result
+from gpu_check_verdicts import goal_rows, junit_counts, junit_skips, read_benchmark_report, run_result
 from gpu_check_worker import best_attention
 
 TOOLS = Path(__file__).resolve().parent
@@ -80,8 +80,8 @@ def run_bench(ctx: Context, limit: float) -> dict[str, Any]:
 def run_build(ctx: Context, limit: float) -> dict[str, Any] | None:
     """The model and data of the training and parity steps, in the scratch folder (never under --out); None when the
     build failed."""
-    shape, examples = ("tiny", 300) if ctx.args.tiny else ("llama3", 6000)
-    what = {"out": ctx.args.scratch, "shape": shape, "examples": examples}
+    shape, examples = ("tiny", 300) if ctx.args.tiny else ("llama32_1b", 6000)
+    what = {"out": ctx.args.scratch, "shape": shape, "examples": examples, "device": ctx.args.device}
     cmd = [sys.executable, WORKER, "build", *flags(what)]
     if ctx.runner.run("build", cmd, limit)["status"] != "ok":
         return None
@@ -131,8 +131,8 @@ def train_args(run: Run, ctx: Context, out_dir: Path) -> list[str]:
 
 def run_train(ctx: Context, limit: float) -> dict[str, Any]:
     """Each chosen run as a real `trl sft` in its own process (the probe installed by the kit folder's
-    sitecustomize records its steps), then each measured run's ratios to the baseline run's. A run whose package is
-    missing is not started."""
+    sitecustomize records its steps), then each measured run's ratios to the baseline run's, and each goal's
+    (`goal_rows`). A run whose package is missing is not started."""
     args = ctx.args
     work = args.out / "train"  # the probes' records; the runs' output folders go to the scratch folder
     work.mkdir(parents=True, exist_ok=True)
@@ -153,6 +153,7 @@ def run_train(ctx: Context, limit: float) -> dict[str, Any]:
         "model": ctx.prepared.get("build"),
         "runs": runs,
         "baseline": training_probe.add_ratios(runs, BASELINE),
+        "goals": goal_rows(runs, ctx.runs),
         "seq_len": args.seq_len,
         "batch_size": args.batch_size,
         "steps": args.train_steps,

@@ -71,6 +71,11 @@ def train_note(part: dict[str, Any]) -> str:
     runs = part.get("runs", {})
     measured = len([r for r in runs.values() if "tokens_per_s" in r])
     text = f"{measured} of {len(runs)} runs measured"
+    goals = part.get("goals") or []
+    if goals:
+        met = len([g for g in goals if g["verdict"].startswith("met")])
+        asked = len([g for g in goals if g["verdict"].startswith(("met", "not met"))])
+        text += f"; goals met: {met} of {asked} measured ({len(goals)} runs with a goal)"
     not_run = [f"{run} ({r['not_run']})" for run, r in runs.items() if "not_run" in r]
     return text + (f"; not run: {', '.join(not_run)}" if not_run else "")
 
@@ -101,6 +106,25 @@ def train_row(run: str, r: dict[str, Any]) -> str:
     )
 
 
+GOALS_HEADER = [
+    "| run | against | tokens/s ratio | peak memory ratio | goal | verdict |",
+    "|---|---|---:|---:|---|---|",
+]
+
+
+def goals_report(goals: list[dict[str, Any]]) -> list[str]:
+    """The goals table (issue 53 goal 2): each run with a goal, its ratios to the run it is measured against, the
+    goal and its verdict (`gpu_check_verdicts.goal_rows`)."""
+    if not goals:
+        return []
+    rows = [
+        f"| {g['run']} | {g['vs']} | {ratio(g, 'speed_ratio')} | {ratio(g, 'memory_ratio')} | {g['goal']} | "
+        f"{g['verdict']} |"
+        for g in goals
+    ]
+    return ["", "Goals (issue 53 goal 2; ratios within this command):", "", *GOALS_HEADER, *rows]
+
+
 def train_report(part: dict[str, Any]) -> list[str]:
     """The training table: each run's tokens/s and peak memory, and both as ratios to the baseline run's; under it,
     why the ratios are marked or missing."""
@@ -126,7 +150,7 @@ def train_report(part: dict[str, Any]) -> list[str]:
         lines += ["", f"\\* x TRL default {BASELINE_NOTE}: against a partial run ({why})"]
     elif baseline != "ok":
         lines += ["", f"x TRL default {BASELINE_NOTE}: none ({baseline})"]
-    return lines
+    return lines + goals_report(part.get("goals") or [])
 
 
 def benchmark_report(title: str) -> Callable[[dict[str, Any]], list[str]]:

@@ -8,6 +8,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +133,42 @@ def train_part_verdict(runs: dict[str, dict[str, Any]]) -> str:
         return "not run: " + ", ".join(not_run)
     verdict = train_verdict(started)
     return verdict if verdict == "errors" else f"partial: {', '.join(not_run)}"
+
+
+def goal_rows(runs: dict[str, dict[str, Any]], table: Mapping[str, Run]) -> list[dict[str, Any]]:
+    """Each chosen run with a goal (`Run.goal`), against the run its goal names, from one command's runs: its
+    tokens/s and peak MiB over that run's, and its verdict: `met` / `not met (...)` when both were measured,
+    `reported` for a goal that asks nothing, else `not measured (...)` (either run missing, failed or not run). A
+    ratio against a run cut by its time limit is marked `partial`."""
+    rows = []
+    for name, result in runs.items():
+        goal = table[name].goal if name in table else None
+        if goal is None:
+            continue
+        row: dict[str, Any] = {"run": name, "vs": goal.vs, "goal": goal.text()}
+        base = runs.get(goal.vs)
+        missing = [
+            f"{which} {r.get('error') or r.get('not_run') or 'no tokens/s'}"
+            if r is not None
+            else f"no {which} run"
+            for which, r in ((name, result), (goal.vs, base))
+            if r is None or "tokens_per_s" not in r
+        ]
+        if missing:
+            row["verdict"] = f"not measured ({'; '.join(missing)})"
+            rows.append(row)
+            continue
+        assert base is not None
+        speed = row["speed_ratio"] = result["tokens_per_s"] / base["tokens_per_s"]
+        memory = row["memory_ratio"] = result["peak_mib"] / base["peak_mib"]
+        short = []
+        if goal.speed is not None and speed < goal.speed:
+            short.append(f"tokens/s {speed:.2f}x < {goal.speed:g}x")
+        if goal.memory is not None and memory > goal.memory:
+            short.append(f"peak memory {memory:.2f}x > {goal.memory:g}x")
+        verdict = "reported" if goal.speed is None and goal.memory is None else "met"
+        row["verdict"] = f"not met ({', '.join(short)})" if short else verdict
+        if result.get("partial") or base.get("partial"):
+            row["verdict"] += " (partial runs)"
+        rows.append(row)
+    return rows

@@ -17,9 +17,21 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# A Llama-3-style decoder: Llama-3.2-1B's widths (d 2048, GQA 32/8 heads, SwiGLU 8192, rope theta 5e5) and
-# Llama-3's vocabulary (128,256) on 4 of its 16 layers, the head untied. `tiny`: the CPU dry run's.
-MODEL_SHAPES: dict[str, dict[str, int]] = {
+# Llama-3-style decoders built in code. `llama32_1b` (the GPU default, issue 53 goal 2): Llama-3.2-1B's shapes, d
+# 2048, 16 layers, GQA 32/8 heads, SwiGLU 8192, rope theta 5e5, vocabulary 128,256, the head tied to the embedding
+# as in that model (1.24 B parameters). `llama3`: the same widths on 4 layers, the head untied (the 2026-11-27 and
+# 11-28 runs, 769 M). `tiny`: the CPU dry run's, tied like the GPU default.
+MODEL_SHAPES: dict[str, dict[str, int | bool]] = {
+    "llama32_1b": {
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": True,
+    },
     "llama3": {
         "hidden_size": 2048,
         "intermediate_size": 8192,
@@ -28,6 +40,7 @@ MODEL_SHAPES: dict[str, dict[str, int]] = {
         "num_key_value_heads": 8,
         "vocab_size": 128256,
         "max_position_embeddings": 8192,
+        "tie_word_embeddings": False,
     },
     "tiny": {
         "hidden_size": 64,
@@ -37,6 +50,7 @@ MODEL_SHAPES: dict[str, dict[str, int]] = {
         "num_key_value_heads": 2,
         "vocab_size": 4096,
         "max_position_embeddings": 512,
+        "tie_word_embeddings": True,
     },
 }
 
@@ -56,8 +70,10 @@ def best_attention(device: str) -> str:
     return "sdpa"
 
 
-def build(out: Path, shape: str, n_examples: int) -> dict[str, Any]:
-    """A random Llama-3-style model + a byte-level BPE tokenizer (trained in code) and SFT data, saved under `out`."""
+def build(out: Path, shape: str, n_examples: int, device: str = "cpu") -> dict[str, Any]:
+    """A random Llama-3-style model + a byte-level BPE tokenizer (trained in code) and SFT data, saved under `out`.
+    On a GPU the model is initialised there and saved in bf16 (the runs load it in bf16: half the bytes to write
+    and read)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -71,11 +87,12 @@ def build(out: Path, shape: str, n_examples: int) -> dict[str, Any]:
         "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
-    config = LlamaConfig(
-        **MODEL_SHAPES[shape], rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False, **special
-    )
+    config = LlamaConfig(**MODEL_SHAPES[shape], rope_theta=500000.0, rms_norm_eps=1e-5, **special)
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    if device.startswith("cuda"):
+        model = model.to(torch.bfloat16)
     model_dir = out / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
@@ -175,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build")
     b.add_argument("--out", type=Path, required=True)
-    b.add_argument("--shape", choices=sorted(MODEL_SHAPES), default="llama3")
+    b.add_argument("--shape", choices=sorted(MODEL_SHAPES), default="llama32_1b")
     b.add_argument("--examples", type=int, default=6000)
+    b.add_argument("--device", default="cpu", help="where the model is initialised (cuda: saved in bf16)")
     p = sub.add_parser("parity")
     for flag in ("--model", "--data", "--out"):
         p.add_argument(flag, type=Path, required=True)
@@ -185,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loss", default="gem_ls")
     args = parser.parse_args(argv)
     if args.command == "build":
-        result = build(args.out, args.shape, args.examples)
+        result = build(args.out, args.shape, args.examples, args.device)
         (args.out / "build.json").write_text(json.dumps(result, indent=1))
     else:
         result = parity(args.model, args.data, args.out, args.device, args.dtype, args.loss)

@@ -214,8 +214,8 @@ def test_outcome_fails_on_failures_and_lists_what_was_not_fully_run() -> None:
     assert failed == ["train_trl (timeout)"]
     assert partial == [
         "install (not installed: the kit is for another Python: 1 of ...)",
-        "triton (partial: 6 passed, 79 skipped)",
         "train (partial: trl_liger not run (needs liger-kernel))",
+        "triton (partial: 6 passed, 79 skipped)",
     ]
     result = {"records": records[:1], "triton": {"verdict": "FAIL"}, "parity": {"verdict": "not measured"}}
     assert summary.outcome(result, table.STEPS) == (["triton (FAIL)", "parity (not measured)"], [])

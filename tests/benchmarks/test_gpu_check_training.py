@@ -269,3 +269,54 @@ def test_a_run_whose_package_is_missing_is_not_run_and_never_ok(tmp_path: Path) 
     assert (
         summary.train_note({"runs": runs}) == "1 of 2 runs measured; not run: trl_liger (needs liger-kernel)"
     )
+
+
+def test_goals_are_each_runs_ratios_to_trl_with_liger(tmp_path: Path) -> None:
+    """Issue 53 goal 2, read from the table's `Goal`s: `ce` at least 1.05x TRL+Liger's tokens/s at no more peak
+    memory, `gem_ls` at least 1.0x, `emo` at least 0.85x, the LoRA runs against TRL+Liger with the same adapter,
+    `asft` reported; a run or baseline missing reads `not measured`, never met."""
+    verdicts, summary, table = (
+        _module("gpu_check_verdicts"),
+        _module("gpu_check_summary"),
+        _module("gpu_check_table"),
+    )
+    # TRL+Liger: 1000 tokens/s (256 tokens in 0.256 s), 600 MiB.
+    liger = _probe(tmp_path / "liger.json", "SFTTrainer", [100, 228, 356], [1.0, 1.128, 1.256], 600.0)
+
+    def ours(name: str, seconds: float, peak: float) -> dict[str, Any]:
+        path = _probe(
+            tmp_path / f"{name}.json", "DistMatchSFTTrainer", [100, 228, 356], [1.0, 1.0, 1.0 + seconds], peak
+        )
+        return verdicts.run_result(table.RUNS[name], "ok", path, 1, 3)
+
+    runs = {
+        "trl_liger": verdicts.run_result(table.RUNS["trl_liger"], "ok", liger, 1, 3),
+        "ce": ours("ce", 0.256 / 1.10, 600.0),  # 1.10x at the same memory: met
+        "gem_ls": ours("gem_ls", 0.256 / 0.99, 500.0),  # 0.99x: not met
+        "emo": ours("emo", 0.256 / 0.90, 700.0),  # 0.90x, more memory (not asked): met
+        "asft": ours("asft", 0.256, 650.0),
+        "gem_ls_lora": ours("gem_ls_lora", 0.256, 300.0),  # no trl_liger_lora run
+        "ce_lora": {"not_run": "needs liger-kernel"},
+    }
+    runs["ce_big"] = ours("ce", 0.256 / 1.2, 601.0)  # a run not in the table: no goal
+    goals = {g["run"]: g for g in verdicts.goal_rows(runs, table.RUNS)}
+    assert {name: g["verdict"] for name, g in goals.items()} == {
+        "ce": "met",
+        "gem_ls": "not met (tokens/s 0.99x < 1x)",
+        "emo": "met",
+        "asft": "reported",
+        "gem_ls_lora": "not measured (no trl_liger_lora run)",
+        "ce_lora": "not measured (ce_lora needs liger-kernel; no trl_liger_lora run)",
+    }
+    assert goals["ce"]["speed_ratio"] == pytest.approx(1.10) and goals["ce"]["memory_ratio"] == 1.0
+    assert goals["ce"]["goal"] == ">= 1.05x tokens/s, <= 1x peak memory" and goals["emo"]["vs"] == "trl_liger"
+    # Slower at the same speed goal, or more memory: each shortfall named.
+    runs["ce"] = ours("ce", 0.256, 660.0)
+    (ce,) = [g for g in verdicts.goal_rows(runs, table.RUNS) if g["run"] == "ce"]
+    assert ce["verdict"] == "not met (tokens/s 1.00x < 1.05x, peak memory 1.10x > 1x)"
+    result = _train_result(runs, "no trl run")
+    result["train"]["goals"] = verdicts.goal_rows(runs, table.RUNS)
+    text = summary.summary_markdown(result, table.STEPS)
+    assert "| emo | trl_liger | 0.90 | 1.17 | >= 0.85x tokens/s | met |" in text
+    assert "| asft | trl_liger | 1.00 | 1.08 | reported | reported |" in text
+    assert "goals met: 1 of 3 measured (6 runs with a goal)" in text
