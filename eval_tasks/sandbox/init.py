@@ -26,7 +26,6 @@ half-sandboxed (the runner never wrote "started": the harness raises ``SandboxUn
 from __future__ import annotations
 
 import ctypes
-import importlib
 import importlib.util
 import json
 import os
@@ -38,10 +37,8 @@ import types
 
 
 def _sibling(name: str) -> types.ModuleType:
-    """A module of this folder: run as a script, loaded by its path (nothing but the standard library is imported);
-    imported as part of the package (the tests), the package's own module."""
-    if __package__:
-        return importlib.import_module(f"{__package__}.{name}")
+    """A module of this folder, run as a script: loaded by its path (nothing but the standard library is
+    imported)."""
     spec = importlib.util.spec_from_file_location(
         f"_distmatch_sandbox_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     )
@@ -52,8 +49,11 @@ def _sibling(name: str) -> types.ModuleType:
     return module
 
 
-config = _sibling("config")
-syscalls = _sibling("syscalls")
+if __package__:  # imported as part of the package (the tests): the package's own modules
+    from eval_tasks.sandbox import config, syscalls
+else:
+    config = _sibling("config")
+    syscalls = _sibling("syscalls")
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
