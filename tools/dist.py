@@ -6,7 +6,7 @@ Steps, each printed with its time; the first failure stops the run with one line
    so the working tree gets no ``build/`` or ``*.egg-info``; the wheel and sdist land in ``--outdir``;
 2. ``twine check`` of both (metadata, README rendering);
 3. the wheel's file list (:func:`wheel_problems`): the activation hooks' ``.pth`` files at its root with their one
-   line, listed in RECORD; the packages and the task YAML files; no tests, examples, benchmarks or tools; the entry
+   line, listed in RECORD; the packages and each family's task YAMLs, templates and README; no tests, examples, benchmarks or tools; the entry
    points (console scripts, ``axolotl.plugins``, ``lm_eval.tasks``); the version of ``distmatch/__init__.py``; every
    extra of pyproject.toml; and that the sdist holds every file the wheel ships (:func:`sdist_problems`);
 4. a clean venv (no access to any other venv's packages): ``--torch`` first, then ``<wheel>[eval]`` with its
@@ -63,6 +63,16 @@ def version() -> str:
     if not match:
         raise DistError('distmatch/__init__.py has no __version__ = "..." line')
     return match.group(1)
+
+
+def task_files() -> list[str]:
+    """The lm-eval files of every benchmark family (the ``eval_tasks/<family>/`` packages that hold task YAMLs): the
+    YAMLs, the ``_*_yaml`` templates they include and the family's README.md, as wheel paths."""
+    root = REPO / "eval_tasks"
+    families = {p.parent for p in root.rglob("*.yaml") if "__pycache__" not in p.parts}
+    files = [p for family in families for p in family.iterdir() if p.is_file()]
+    shipped = [p for p in files if p.suffix == ".yaml" or p.name.endswith("_yaml") or p.name == "README.md"]
+    return sorted(p.relative_to(REPO).as_posix() for p in shipped)
 
 
 def packages() -> list[str]:
@@ -129,6 +139,9 @@ def wheel_problems(wheel: Path, expected_version: str) -> list[str]:
                 problems.append(f"{package}/py.typed is missing")
         if not any(n.startswith("eval_tasks/") and n.endswith(".yaml") for n in names):
             problems.append("no lm-eval task YAML under eval_tasks/")
+        problems += [
+            f"{name} is missing (an lm-eval task file)" for name in task_files() if name not in names
+        ]
         problems += [f"{n} is shipped (not part of the release)" for n in names if n.startswith(NOT_SHIPPED)]
         entry_points = archive.read(f"{dist_info}entry_points.txt").decode()
         sections = _sections(entry_points)

@@ -64,7 +64,7 @@ def test_a_wheel_missing_parts_fails_naming_them(wheel: Path, tmp_path: Path) ->
     broken = _copy_without(
         wheel,
         tmp_path / wheel.name,
-        drop={"distmatch_hooks.trl.pth", "trl_ext/py.typed"},
+        drop={"distmatch_hooks.trl.pth", "trl_ext/py.typed", "eval_tasks/nlu/_icl_template_yaml"},
         edit={"entry_points.txt": ("distmatch = axolotl_distmatch:DistMatchPlugin", "")},
     )
     with zipfile.ZipFile(broken, "a") as archive:
@@ -73,6 +73,7 @@ def test_a_wheel_missing_parts_fails_naming_them(wheel: Path, tmp_path: Path) ->
     assert problems == [
         "distmatch_hooks.trl.pth is not at the wheel's root",
         "trl_ext/py.typed is missing",
+        "eval_tasks/nlu/_icl_template_yaml is missing (an lm-eval task file)",
         "tests/__init__.py is shipped (not part of the release)",
         "entry point [axolotl.plugins] distmatch = axolotl_distmatch:DistMatchPlugin is missing",
     ], problems
