@@ -65,10 +65,15 @@ def test_each_family_is_a_package_with_a_readme_naming_its_tasks() -> None:
     instead of repeating the task table), and says which paper and which published numbers they reproduce."""
     for family in _families():
         folder = EVAL_TASKS / family
-        assert (folder / "__init__.py").is_file() and (folder / "utils.py").is_file(), family
+        assert (folder / "__init__.py").is_file(), f"eval_tasks/{family}/ is not a package"
+        if any("!function utils." in p.read_text(encoding="utf-8") for p in folder.glob("*yaml")):
+            assert (folder / "utils.py").is_file(), (
+                f"eval_tasks/{family}/: its YAMLs reference a missing utils.py"
+            )
         readme = (folder / "README.md").read_text(encoding="utf-8")
         assert "### Paper" in readme and "arxiv.org" in readme, family
-        assert "### Published numbers" in readme and "eval_tasks/published/" in readme, family
+        if family in FAMILIES:
+            assert "### Published numbers" in readme and "eval_tasks/published/" in readme, family
         for path in sorted(folder.glob("*.yaml")):
             config = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
             name = str(config.get("group") or config.get("task"))  # a group's `task` lists its members
