@@ -1,30 +1,14 @@
 """The task options of the distmatch evaluation tasks: one table, one resolver, the papers' protocols as presets.
 
 :data:`TASK_OPTIONS` lists every option a distmatch task reads (lm-eval's ``--metadata '{...}'`` JSON, the
-OpenCompass dataset and evaluator arguments, the matching ``distmatch-eval`` flags): its name, the task families
-that read it, its type, default, valid values or bounds, environment variable and help. Everything else reads it:
-
-* :func:`check_task_options` refuses unknown keys and out-of-range values in a task's metadata, all problems in one
-  :class:`~distmatch.errors.DistMatchConfigError` (the lm-eval pre-flight, :mod:`eval_tasks.lm_eval_tasks.preflight`,
-  and the task classes call it);
-* :func:`resolve` gives the value of every option of one task family: explicit > environment variable > protocol
-  preset > default (the lm-eval task classes and loaders, the OpenCompass dataset classes, ``distmatch-eval``);
-* the defaults of :mod:`eval_tasks.dataset_loading`, :mod:`eval_tasks.nlu.retrieval` and the OpenCompass configs.
-
-A *protocol* is a preset of several options (``--metadata '{"protocol": "emo_official"}'``); an option given
-explicitly next to it wins, and the run is then off the paper's protocol (:func:`protocol_differences`). Pure Python:
-nothing here imports lm-eval, datasets or torch.
-
-* ``emo_official`` (the EMO NLU suite, Table 3): the prompt strings of the EMO repository's ``icl.py``
-  (``template: emo_code``), OpenICL's GPT-2 text round trip before the retriever embeds a text
-  (``openicl_round_trip``), OpenICL's perplexity normalisation (``ppl_norm: openicl``: mean over the token count
-  with the tokenizer's special tokens, n + 1 for LLaMA) for ``acc_ppl``, and MMLU averaged over its 57 subjects as
-  OpenCompass reports it (``mmlu_average: subject_macro``) inside the 8-task mean. The paper's number is then the
-  group's ``acc_ppl``.
-* ``gem_official`` (GEM creative writing, Table 2): prompt + response scored (``scoring: prompt+response``), Self-BLEU
-  against the first other sample only (``gem_compat``), and the paper's Sentence-BERT model
-  ``bert-large-nli-stsb-mean-tokens`` (``sbert_model: paper``) when it can be loaded. For GSM8K / MATH / AlpacaEval
-  best-of-n (Tables 4, 5, 7, 8): 32 samples per question (``bon_samples``) and the paper's new-token limits.
+OpenCompass dataset and evaluator arguments, the matching ``distmatch-eval`` flags): name, families, type, default
+(per family where they differ), valid values or bounds, environment variable, help. :func:`check_task_options`
+refuses unknown keys and out-of-range values in one :class:`~distmatch.errors.DistMatchConfigError` (the lm-eval
+pre-flight, :mod:`eval_tasks.lm_eval_tasks.preflight`, and the task classes); :func:`resolve` gives every option of one
+family: explicit > environment variable > protocol preset > default. A *protocol* (:data:`PROTOCOLS`: ``emo_official``
+for EMO Tables 1-3, ``gem_official`` for GEM Tables 2 and 4-9; docs/evaluation.md lists what each sets) is a preset
+of several options; an option given explicitly next to it wins, and the run is then off the paper's protocol
+(:func:`protocol_differences`). Pure Python: nothing here imports lm-eval, datasets or torch.
 """
 
 from __future__ import annotations
@@ -55,7 +39,7 @@ __all__ = [
 
 #: Task families: the seven retrieval tasks, MMLU, IFEval, the two creative-writing tasks, the two code tasks,
 #: GSM8K / MATH voting, AlpacaEval best-of-n, EMO's open-ended generation (MAUVE).
-FAMILIES = ("icl", "mmlu", "ifeval", "creative", "code", "math", "chat_bon", "open_ended")
+FAMILIES = ("icl", "mmlu", "ifeval", "creative", "code", "math", "chat_bon", "open_ended", "novelty")
 #: The families as the messages name them.
 FAMILY_NAMES = {
     "icl": "NLU retrieval tasks",
@@ -66,6 +50,7 @@ FAMILY_NAMES = {
     "math": "GSM8K / MATH voting",
     "chat_bon": "AlpacaEval best-of-n",
     "open_ended": "open-ended generation",
+    "novelty": "NoveltyBench",
 }
 _NLU = ("icl", "mmlu")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "none", "")
@@ -123,6 +108,10 @@ _CREATIVE = "creative writing"
 _CODE = "code tasks (HumanEval, MBPP+)"
 _TTS = "GSM8K / MATH / AlpacaEval best-of-n tasks"
 _OPEN = "open-ended generation tasks"
+_SAMPLED, _DIVERSE = ("creative", "novelty"), "creative writing and NoveltyBench tasks"
+#: the defaults that differ by family (NoveltyBench's): (family, option) -> default
+_NB_RM = "Skywork/Skywork-Reward-Gemma-2-27B-v0.2"  # eval_tasks.novelty.PUBLISHED_REWARD_MODEL
+FAMILY_DEFAULTS = {("novelty", "num_samples"): 10, ("novelty", "reward_model"): _NB_RM}
 
 #: Every option of the distmatch tasks, in the order the docs list them. Keep in one place: everything reads it.
 TASK_OPTIONS: dict[str, TaskOption] = {
@@ -225,11 +214,11 @@ TASK_OPTIONS: dict[str, TaskOption] = {
             tasks="NLU, MMLU, IFEval, code tasks, GSM8K, MATH, AlpacaEval, open-ended tasks",
         ),
         TaskOption(
-            "num_samples", ("creative",), 16, None, "samples per prompt", kind=int, minimum=2, tasks=_CREATIVE
+            "num_samples", _SAMPLED, 16, None, "samples per prompt", kind=int, minimum=2, tasks=_DIVERSE
         ),
         TaskOption(
             "prompts_file",
-            ("creative",),
+            ("creative", "novelty"),
             None,
             None,
             "a JSONL of prompts instead of the packaged ones",
@@ -352,21 +341,37 @@ TASK_OPTIONS: dict[str, TaskOption] = {
         ),
         TaskOption(
             "reward_model",
-            ("chat_bon",),
+            ("chat_bon", "novelty"),
             "sfairXC/FsfairX-LLaMA3-RM-v0.1",
             None,
-            "sequence-classification reward model (Hub id or folder) that scores the samples and the references",
-            tasks="AlpacaEval best-of-n task",
+            "sequence-classification reward model (Hub id or folder) that scores the samples",
+            tasks="AlpacaEval best-of-n and NoveltyBench tasks",
+        ),
+        TaskOption(
+            "classifier",
+            ("novelty",),
+            "yimingzhang/deberta-v3-large-generation-similarity",
+            None,
+            "NoveltyBench's pairwise equivalence classifier (Hub id or folder of a 2-label sequence classifier)",
+            tasks="NoveltyBench tasks",
+        ),
+        TaskOption(
+            "scorer_device",
+            ("novelty",),
+            None,
+            None,
+            "device of the classifier and reward model (default: auto)",
+            tasks="NoveltyBench tasks",
         ),
         TaskOption(
             "reward_batch_size",
-            ("chat_bon",),
+            ("chat_bon", "novelty"),
             8,
             None,
-            "conversations per reward-model forward pass",
+            "conversations (NoveltyBench: also classifier pairs) per forward pass",
             kind=int,
             minimum=1,
-            tasks="AlpacaEval best-of-n task",
+            tasks="AlpacaEval best-of-n and NoveltyBench tasks",
         ),
         TaskOption(
             "mauve_featurizer",
@@ -441,17 +446,12 @@ def family_of_task(task: str) -> str | None:
     short = task.removeprefix("distmatch_")
     if short in ICL_TASKS:
         return "icl"
-    return {
-        "mmlu": "mmlu",
-        "ifeval": "ifeval",
-        "poem_diversity": "creative",
-        "story_diversity": "creative",
-        "humaneval": "code",
-        "mbpp_plus": "code",
-        "gsm8k": "math",
-        "math": "math",
-        "alpacaeval_bon": "chat_bon",
-    }.get(short, "open_ended" if short.startswith("open_ended_") else None)
+    if short.startswith("noveltybench_"):
+        return "novelty"
+    known = {"mmlu": "mmlu", "ifeval": "ifeval", "poem_diversity": "creative", "story_diversity": "creative"}
+    known |= {"humaneval": "code", "mbpp_plus": "code", "gsm8k": "math", "math": "math"}
+    known["alpacaeval_bon"] = "chat_bon"
+    return known.get(short, "open_ended" if short.startswith("open_ended_") else None)
 
 
 def parse_bool(value: Any, name: str = "option") -> bool:
@@ -574,7 +574,7 @@ def resolve(
         if not _given(value) and option.env:
             value = env.get(option.env)
         if not _given(value):
-            value = preset["settings"].get(name, option.default)
+            value = preset["settings"].get(name, FAMILY_DEFAULTS.get((family, name), option.default))
         resolved[name] = None if value is None else _coerce(option, value, task)
     return resolved
 
