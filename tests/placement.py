@@ -186,6 +186,14 @@ PLACES: tuple[Place, ...] = (
         "real `lm_eval` runs and the wheel venv (eval/lm_eval_tasks/conftest.py)",
         launches=True,
     ),
+    Place(
+        "eval/novelty", (), (CORE,), "NoveltyBench: its rules, tiny models built in code, lm-eval in-process"
+    ),
+    _file(
+        "eval/novelty/test_novelty_tasks.py",
+        "lm-eval's simple_evaluate runs `git describe`",
+        "test_lm_eval_task_reports_the_rules_on_its_samples",
+    ),
     Place("eval/sandbox", (), (CORE,), "the code sandbox (Linux namespaces: runs wherever .venv does)"),
     _file("eval/sandbox/test_contracts.py", "real programs in the sandbox"),
     _file("eval/sandbox/test_sandbox.py", "real attacks in the sandbox"),

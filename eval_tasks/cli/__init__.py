@@ -14,6 +14,7 @@ Subcommands (``distmatch-eval <cmd> --help`` for every flag):
 * ``voting`` / ``reward`` first-k curves (MV@k, BON@k; Reward / Win Rate BON@k) over a run's saved samples.
 * ``open-ended`` EMO's open-ended generation protocol: ``prompts`` of a corpus, ``score`` (MAUVE, ROUGE, oracle PPL).
 * ``alpacaeval`` AlpacaEval's prompts, the outputs export, and the judge's annotations -> win rate.
+* ``novelty``   NoveltyBench's distinct / utility of a samples file (its classifier and reward model) -> JSON.
 
 Errors in the input (a prompt with fewer than 2 samples, empty samples, unknown models, missing optional
 dependencies, unreadable files, files that are not UTF-8, a cut-off last line, an existing ``generate -o`` file
@@ -24,7 +25,7 @@ message; set ``DISTMATCH_EVAL_DEBUG=1`` for the traceback.
 
 One module per command group registers its subcommands (``add_commands``) and maps their flags onto the library:
 :mod:`.sampling` (generate, diversity, nexttoken), :mod:`.report`, :mod:`.bon` (voting, reward),
-:mod:`.open_ended` and :mod:`.alpacaeval`. Nothing of the library imports this package.
+:mod:`.open_ended`, :mod:`.alpacaeval` and :mod:`.novelty`. Nothing of the library imports this package.
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ import sys
 from collections.abc import Sequence
 
 from eval_tasks import metrics as M
-from eval_tasks.cli import alpacaeval, bon, open_ended, report, sampling
+from eval_tasks.cli import alpacaeval, bon, novelty, open_ended, report, sampling
 from eval_tasks.samples import InputError
 
 __all__ = ["build_parser", "main"]
 
 #: The command groups in the order ``--help`` lists their subcommands.
-COMMAND_GROUPS = (sampling, report, bon, open_ended, alpacaeval)
+COMMAND_GROUPS = (sampling, report, bon, open_ended, alpacaeval, novelty)
 
 
 def _quiet_progress_bars() -> None:

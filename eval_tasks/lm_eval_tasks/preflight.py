@@ -13,7 +13,9 @@ metric's loader, sentence-transformers).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ __all__ = [
     "check_code_confirmation",
     "check_generation_backend",
     "check_model_options",
+    "check_novelty_models",
     "check_options_apply",
     "check_task_options",
     "generation_backend",
@@ -51,6 +54,7 @@ def _leaf_tasks(name: str) -> list[str]:
         "distmatch_nlu": list(nlu.NLU_TASK_NAMES),
         "distmatch_icl": [f"distmatch_{key}" for key in nlu.ICL_TASKS],
         "distmatch_creative": list(CREATIVE_TASKS),
+        "distmatch_noveltybench": ["distmatch_noveltybench_curated", "distmatch_noveltybench_wildchat"],
         "distmatch_open_ended": [f"distmatch_open_ended_{k}" for k in CORPORA if k != ORACLE_CORPUS],
     }
     return groups.get(name, [name])
@@ -276,6 +280,57 @@ def _resolve_sbert(name: str, setting: str, accepted: str) -> None:
         raise DistMatchConfigError(f"{setting}: {' '.join(str(err).split())}; {accepted}.") from None
 
 
+_DEVICE = re.compile(r"(cpu|mps|cuda(:\d+)?|xpu(:\d+)?)")
+
+
+def check_novelty_models(
+    task_names: Iterable[str], metadata: Mapping[str, Any], environ: Mapping[str, str]
+) -> None:
+    """NoveltyBench's models, before any generation: ``classifier`` and ``reward_model`` must be a folder holding a
+    sequence-classification checkpoint (the classifier with 2 labels) or a Hub id (in the local cache when
+    HF_HUB_OFFLINE is set); ``scorer_device`` a torch device name."""
+    tasks = [leaf for name in task_names if isinstance(name, str) for leaf in _leaf_tasks(name)]
+    if "novelty" not in {family_of_task(t) for t in tasks}:
+        return
+    resolved = resolve("novelty", metadata)
+    offline = str(environ.get("HF_HUB_OFFLINE", "")).strip().lower() in ("1", "true", "yes", "on")
+    device = resolved["scorer_device"]
+    if device is not None and not _DEVICE.fullmatch(str(device)):
+        raise DistMatchConfigError(
+            f"scorer_device={device!r} is not a device; accepted: cpu, cuda, cuda:<n>, mps, xpu, or unset (auto)."
+        )
+    for name, labels in (("classifier", 2), ("reward_model", None)):
+        text = str(resolved[name])
+        accepted = "give a sequence-classification model's folder or Hub id (cached, when offline), or leave it unset"
+        if _looks_local(text) or Path(text).expanduser().exists():
+            config = Path(text).expanduser() / "config.json"
+            if not config.is_file():
+                raise DistMatchConfigError(
+                    f"{name}={text!r}: no such model folder (no config.json); {accepted}."
+                )
+            try:
+                spec = json.loads(config.read_text(encoding="utf-8"))
+            except ValueError:
+                raise DistMatchConfigError(
+                    f"{name}={text!r}: its config.json is not JSON; {accepted}."
+                ) from None
+            kinds = [str(a) for a in spec.get("architectures") or []]
+            if kinds and not any(a.endswith("ForSequenceClassification") for a in kinds):
+                raise DistMatchConfigError(
+                    f"{name}={text!r} is a {', '.join(kinds)} checkpoint, not a sequence classifier; {accepted}."
+                )
+            found = len(spec.get("id2label") or {}) or spec.get("num_labels") or 2
+            if labels and found != labels:
+                raise DistMatchConfigError(
+                    f"{name}={text!r} has {found} labels; NoveltyBench's classifier has 2 (1 = equivalent)."
+                )
+        elif offline and not _cached(text):
+            raise DistMatchConfigError(
+                f"{name}={text!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set, so NoveltyBench "
+                f"would fail only after generation; {accepted}."
+            )
+
+
 def check_code_confirmation(task_names: Iterable[str], confirmed: bool | None) -> None:
     """The code tasks run generated programs only with lm-eval's `--confirm_run_unsafe_code`: without it (False;
     None: unknown) they are refused now, before the model loads."""
@@ -306,6 +361,7 @@ def preflight(
     check_options_apply(names, metadata)
     check_code_confirmation(names, confirm_unsafe_code)
     check_model_options(names, metadata, os.environ)
+    check_novelty_models(names, metadata, os.environ)
     settings = check_generation_backend(names, metadata, model, os.environ)
     # a causal LM as reward model: refused before sampling
     if "chat_bon" in map(family_of_task, _task_keys(names)):

@@ -29,6 +29,8 @@ __all__ = [
     "PUBLISHED_REWARD_MODEL",
     "REWARD_THRESHOLDS",
     "comparability",
+    "detect_subset",
+    "gem_diversity",
     "generation_scores",
     "novelty_documents",
     "partition",
@@ -52,6 +54,8 @@ REWARD_THRESHOLDS = (-7.71875, -6.28125, -6.0, -5.71875, -5.5, -5.0, -4.375, -3.
 #: the discount of the k-th response's weight (score.py --patience default)
 PATIENCE = 0.8
 NOVELTY_METRICS = ("distinct", "utility")
+#: GEM's diversity metrics of the same samples, reported beside (those that need no model; 0-100)
+GEM_METRICS = ("ngram_diversity", "self_bleu_diversity")
 
 PACKAGE_DATA = Path(__file__).resolve().parent / "data"
 #: the two prompt sets: shipped file, rows, the Hub dataset's split (``yimingzhang/novelty-bench``)
@@ -154,9 +158,12 @@ def summarize(per_prompt: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return {m: sum(float(p[m]) for p in per_prompt) / len(per_prompt) for m in NOVELTY_METRICS}
 
 
-def comparability(classifier: str | None, reward_model: str | None, num_samples: int) -> dict[str, Any]:
+def comparability(
+    classifier: str | None, reward_model: str | None, num_samples: int, prompts: str | None = None
+) -> dict[str, Any]:
     """What a result records about its setting: the models and K used, and whether that is NoveltyBench's published
-    setting (comparable with the leaderboard) or, naming every change, not."""
+    setting (comparable with the leaderboard) or, naming every change, not. `prompts`: how the prompt set differs
+    from the subset's (None: it is the whole subset)."""
     classifier = classifier or PUBLISHED_CLASSIFIER
     reward_model = reward_model or PUBLISHED_REWARD_MODEL
     changes = []
@@ -166,6 +173,8 @@ def comparability(classifier: str | None, reward_model: str | None, num_samples:
         changes.append(f"reward model {reward_model} (published: {PUBLISHED_REWARD_MODEL})")
     if int(num_samples) != 10:
         changes.append(f"{num_samples} samples per prompt (published: 10)")
+    if prompts:
+        changes.append(prompts)
     return {
         "classifier": classifier,
         "reward_model": reward_model,
@@ -223,3 +232,30 @@ def novelty_documents(
     with path.open(encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return _rows(rows, str(path))
+
+
+def gem_diversity(samples: Sequence[str]) -> dict[str, float]:
+    """GEM's n-gram and Self-BLEU diversity (0-100) of one prompt's samples, as the creative-writing tasks score
+    them (the response only; all-empty samples or an undefined metric score 0)."""
+    from eval_tasks.metrics import DiversityInputError, ngram_diversity, self_bleu_diversity
+    from eval_tasks.metrics.inputs import no_text
+
+    samples = [str(s) for s in samples]
+    if no_text(samples):
+        return dict.fromkeys(GEM_METRICS, 0.0)
+    out = {}
+    for name, fn in (("ngram_diversity", ngram_diversity), ("self_bleu_diversity", self_bleu_diversity)):
+        try:
+            out[name] = float(fn(samples, allow_empty=True))
+        except DiversityInputError:
+            out[name] = 0.0
+    return out
+
+
+def detect_subset(prompts: Sequence[str]) -> tuple[str | None, int]:
+    """The NoveltyBench subset every prompt belongs to and its number of prompts (None, 0: not NoveltyBench's)."""
+    for subset in NOVELTY_SETS:
+        known = {d["prompt"] for d in novelty_documents(subset)}
+        if prompts and all(p in known for p in prompts):
+            return subset, len(known)
+    return None, 0

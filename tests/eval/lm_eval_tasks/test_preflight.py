@@ -69,7 +69,10 @@ def test_options_a_task_does_not_read_table_checks() -> None:
         "best-of-n tasks, not distmatch_sst2" in message
     )
     assert "accepted for distmatch_sst2: default, emo_official" in message
-    assert "num_samples=4 is not read by distmatch_sst2 (only by the creative writing tasks)" in message
+    assert (
+        "num_samples=4 is not read by distmatch_sst2 (only by the creative writing, NoveltyBench tasks)"
+        in message
+    )
     with pytest.raises(
         DistMatchConfigError,
         match=r"not distmatch_creative \(creative writing\); accepted for "
@@ -96,7 +99,7 @@ def test_options_a_task_does_not_read_table_checks() -> None:
         (
             "arc_easy,distmatch_sst2",  # beside a task of lm-eval's own: the distmatch task is still checked
             {"num_samples": 4},
-            "num_samples=4 is not read by distmatch_sst2 (only by the creative writing tasks), so it would be "
+            "num_samples=4 is not read by distmatch_sst2 (only by the creative writing, NoveltyBench tasks), so it would be "
             "ignored; the options these tasks read: protocol, retriever_model, template,",
         ),
         (
