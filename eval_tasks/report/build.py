@@ -21,6 +21,7 @@ from eval_tasks.report.markdown import (
     training_section,
     training_summary,
 )
+from eval_tasks.report.novelty import novelty_plot, novelty_section
 from eval_tasks.report.plots import (
     FIRST_K_TITLES,
     accuracy_plot,
@@ -59,6 +60,7 @@ def build_report(
         "diversity": diversity_plot(runs, out_dir),
         "next_token": nexttoken_plot(runs, out_dir),
         "training": training_plot(runs, out_dir),
+        "novelty": novelty_plot(runs, out_dir, published),
     }
     curves = first_k_series(runs, published=published, model_filter=published_model)
     drawn = {}  # the first-k data as plotted (read back from the figures' lines)
@@ -75,6 +77,11 @@ def build_report(
     diversity = diversity_section(runs, published, published_model, used)
     if diversity:
         body += diversity + (["![Diversity per metric](diversity.png)", ""] if plots["diversity"] else [])
+    novelty = novelty_section(runs, published, published_model, used)
+    if novelty:
+        body += novelty + (
+            ["![NoveltyBench: distinct vs utility](novelty.png)", ""] if plots["novelty"] else []
+        )
     nexttoken = nexttoken_section(runs, published, published_model, used)
     if nexttoken:
         body += nexttoken + (
@@ -128,6 +135,7 @@ def build_report(
                         "curves": r.curves,
                         "open_ended": r.open_ended,
                         "win_rates": r.win_rates,
+                        "novelty": r.novelty,
                     }
                     for r in runs
                 ],

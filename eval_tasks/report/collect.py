@@ -12,6 +12,7 @@ from typing import Any
 from eval_tasks import published as P
 from eval_tasks.protocols import paper_protocol_check
 from eval_tasks.report.labels import DIVERSITY_METRICS, NOT_FRACTIONS
+from eval_tasks.report.novelty import add_novelty, lm_eval_entry
 from eval_tasks.samples import read_text
 
 __all__ = ["ReportError", "RunData", "collect_run", "parse_run_specs"]
@@ -40,6 +41,8 @@ class RunData:
     open_ended: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: judged benchmark (alpacaeval) -> a ``distmatch-eval alpacaeval winrate`` output, with its "source"
     win_rates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: NoveltyBench subset (noveltybench_curated, ...) -> {"metrics", "setting", "via", "source"}
+    novelty: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
         return not (
@@ -50,6 +53,7 @@ class RunData:
             or self.curves
             or self.open_ended
             or self.win_rates
+            or self.novelty
         )
 
 
@@ -86,6 +90,8 @@ def _kind(data: Any) -> str | None:
         return "open_ended"
     if data.get("kind") == "distmatch.win_rate":
         return "win_rate"
+    if data.get("kind") == "distmatch.novelty":
+        return "novelty"
     if isinstance(data.get("log_history"), list):
         return "training"
     if isinstance(data.get("results"), dict) and any(
@@ -127,7 +133,7 @@ def collect_run(name: str, paths: Sequence[Path]) -> RunData:
                 if explicit:
                     raise ReportError(
                         f"{path}: not an lm-eval results file, a distmatch-eval diversity/nexttoken/voting/reward "
-                        "/open-ended/win-rate JSON or a trainer_state.json."
+                        "/open-ended/win-rate/novelty JSON or a trainer_state.json."
                     )
                 continue
             if kind == "lm_eval":
@@ -143,6 +149,8 @@ def collect_run(name: str, paths: Sequence[Path]) -> RunData:
                 _add_open_ended_score(run, path, data)
             elif kind == "win_rate":
                 _add_win_rate(run, path, data)
+            elif kind == "novelty":
+                add_novelty(run, path, data)
             elif kind == "training":
                 trainer_states.append((int(data.get("global_step") or 0), path, data))
         for _, path, data in sorted(lm_eval_files, key=lambda item: item[0]):  # later runs override
@@ -211,6 +219,9 @@ def _add_lm_eval(run: RunData, path: Path, data: dict[str, Any]) -> None:
                     "source": str(path),
                 },
             )
+        elif benchmark and P.benchmarks()[benchmark]["family"] == "novelty":
+            metadata = ((data.get("configs") or {}).get(task) or {}).get("metadata") or {}
+            run.novelty[benchmark] = lm_eval_entry(task, metrics, metadata, str(path))
         elif benchmark and P.benchmarks()[benchmark]["family"] == "creative":
             check = check or {"protocol": "?", "comparable": False, "differences": []}
             run.diversity[benchmark] = {

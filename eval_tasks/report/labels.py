@@ -37,6 +37,8 @@ NOT_FRACTIONS = frozenset(
         "rouge1",  # the open-ended tasks report ROUGE x100 and the oracle perplexity raw
         "rougeL",
         "oracle_ppl",
+        "distinct",  # NoveltyBench: classes among K samples, and utility on its 0-10 scale
+        "utility",
     }
 )
 METRIC_TITLES = {
