@@ -158,7 +158,8 @@ def environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]
     probe = (
         "import json, importlib.metadata as m\n"
         f"torch = __import__('torch') if {not args.tiny} else None\n"
-        "names = ['triton', 'transformers', 'trl', 'liger_kernel', 'cut_cross_entropy', 'datasets', 'distmatch']\n"
+        "names = ['triton', 'transformers', 'trl', 'liger_kernel', 'cut_cross_entropy', 'datasets', 'distmatch', "
+        "'peft', 'axolotl', 'lm_eval']\n"
         "def v(n):\n    try:\n        return m.version(n)\n    except Exception:\n        return None\n"
         "cuda = torch is not None and torch.cuda.is_available()\n"
         "print(json.dumps({'torch': torch.__version__ if torch else v('torch'), 'cuda': torch.version.cuda if torch "

@@ -112,7 +112,9 @@ GOALS_HEADER = [
 ]
 
 
-def goals_report(goals: list[dict[str, Any]]) -> list[str]:
+def goals_report(
+    goals: list[dict[str, Any]], title: str = "Goals (issue 53 goal 2; ratios within this command):"
+) -> list[str]:
     """The goals table (issue 53 goal 2): each run with a goal, its ratios to the run it is measured against, the
     goal and its verdict (`gpu_check_verdicts.goal_rows`)."""
     if not goals:
@@ -122,7 +124,7 @@ def goals_report(goals: list[dict[str, Any]]) -> list[str]:
         f"{g['verdict']} |"
         for g in goals
     ]
-    return ["", "Goals (issue 53 goal 2; ratios within this command):", "", *GOALS_HEADER, *rows]
+    return ["", title, "", *GOALS_HEADER, *rows]
 
 
 def train_report(part: dict[str, Any]) -> list[str]:

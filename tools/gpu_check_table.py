@@ -7,6 +7,7 @@ sft` arguments and settings). tools/gpu_check_plan.py says what each field means
 
 from __future__ import annotations
 
+from gpu_check_axolotl import axolotl_note, axolotl_report, run_axolotl
 from gpu_check_plan import Goal, Run, Step, by_name
 from gpu_check_steps import (
     run_bench,
@@ -70,6 +71,16 @@ STEPS: tuple[Step, ...] = (
         verdict=lambda part, device: train_part_verdict(part["runs"]),
         note=train_note,
         report=train_report,
+        needs=("build",),
+    ),
+    Step(
+        "axolotl",
+        gpu_s=80,
+        cpu_s=180,
+        run=run_axolotl,
+        verdict=lambda part, device: train_part_verdict(part["runs"]),
+        note=axolotl_note,
+        report=axolotl_report,
         needs=("build",),
     ),
     Step(

@@ -26,6 +26,7 @@ from tests.helpers.env import REPO_ROOT
 from tests.helpers.modules import load_module
 
 COMMANDS = commands_of("gpu-check")
+AXOLOTL_RUNS = ["axolotl_ce", "axolotl_gem_ls"]  # the dry run's (tools/gpu_check_axolotl.py)
 
 
 def _tool(name: str) -> ModuleType:
@@ -118,7 +119,7 @@ REFUSALS = [
     (["--budget", "soon"], "--budget: invalid float value"),
     (["--run-limit", "nan"], "--run-limit nan: a positive number"),
     (["--train-steps", "1"], "--train-steps 1: at least 2"),
-    (["--steps", ""], "--steps is empty: a comma list of memory,train,triton,parity,bench"),
+    (["--steps", ""], "--steps is empty: a comma list of memory,train,axolotl,triton,parity,bench"),
     (["--steps", ","], "--steps is empty"),
     (["--steps", "train", "--runs", ""], "--runs is empty: a comma list of trl,"),
     (["--steps", "triton,nope"], "unknown step or run: nope (steps: memory,"),
@@ -283,7 +284,10 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     steps = [r["step"] for r in result["records"]]
     runs = [run.name for run in table.RUNS.values() if run.cpu_default]
     assert runs == ["trl", "gem_ls", "gem_ls_lora"]
-    assert steps == ["install", "memory", "build", *(f"train_{r}" for r in runs), "triton", "parity", "bench"]
+    # Axolotl runs in .venv-axolotl (Axolotl and TRL 1.16 share no venv here); without it the step is not run.
+    axolotl = AXOLOTL_RUNS if (REPO_ROOT / ".venv-axolotl" / "bin" / "python").is_file() else []
+    trained_steps = [*(f"train_{r}" for r in runs), *axolotl]
+    assert steps == ["install", "memory", "build", *trained_steps, "triton", "parity", "bench"]
     assert result["install"]["wheels"] == ["gpu_check_probe-1.0-py3-none-any.whl"]
     assert result["install"]["verdict"] == "ok"
     assert (site / "gpu_check_probe.py").is_file() and (site / "sitecustomize.py").is_file()
@@ -326,6 +330,20 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
         and 0 < run["trainer_ready_after_s"] < run["first_step_after_s"]
     )
     assert result["parity"]["ok"] and result["parity"]["grad_rel_err_max"] < 1e-4
+    # Axolotl (issue 53 goal 3): Axolotl's CE and our plugin's gem_ls through `axolotl train`, sample packing.
+    if axolotl:
+        part = result["axolotl"]
+        assert list(part["runs"]) == AXOLOTL_RUNS and part["verdict"] == "ok" and part["baseline"] == "ok"
+        assert part["runs"]["axolotl_ce"]["trainer_class"] == "AxolotlTrainer"
+        assert part["runs"]["axolotl_gem_ls"]["trainer_class"] == "DistMatchTrainer"
+        assert (
+            part["runs"]["axolotl_gem_ls"]["tokens_per_s"] > 0
+            and part["runs"]["axolotl_gem_ls"]["peak_mib"] > 0
+        )
+        (goal,) = part["goals"]
+        assert goal["verdict"] == "not measured (no axolotl_liger run)"
+    else:
+        assert result["axolotl"]["verdict"].startswith("not run: ")
     # The model and the runs' output folders stay in the scratch folder.
     assert not list(out.rglob("*.safetensors"))
     summary = (out / "summary.md").read_text()

@@ -71,6 +71,7 @@ def test_a_new_step_is_planned_in_the_tables_order_with_what_it_needs() -> None:
     assert plan.chosen_steps(steps) == [
         "memory",
         "train",
+        "axolotl",
         "triton",
         "parity",
         "bench",
@@ -90,6 +91,7 @@ def test_a_new_step_is_planned_in_the_tables_order_with_what_it_needs() -> None:
         "memory",
         "build",
         "train",
+        "axolotl",
         "triton",
         "parity",
         "bench",
@@ -150,7 +152,7 @@ def test_adding_a_step_is_one_entry(
     out = tmp_path / "out"
     folders = ["--out", str(out), "--site", str(tmp_path / "site"), "--scratch", str(tmp_path / "scratch")]
     assert check.main(["--device", "cpu", "--steps", "toy", *folders]) == 2
-    assert "unknown step or run: toy (steps: memory,train,triton,parity,bench;" in capsys.readouterr().err
+    assert "unknown step or run: toy (steps: memory,train,axolotl,triton,parity,bench;" in capsys.readouterr().err
     limits = plan.step_limits(check.parse_args(["--steps", "toy,toy_slow", *folders], steps), steps)
     assert (limits["toy"], limits["toy_slow"]) == (30, 30)  # their GPU entries; the dry run's below
 
