@@ -28,6 +28,7 @@ from opencompass.registry import ICL_EVALUATORS, ICL_RETRIEVERS, LOAD_DATASET  #
 from eval_tasks import dataset_loading  # noqa: E402
 from eval_tasks.creative.creative import DIVERSITY_METRICS, creative_documents, diversity_scores  # noqa: E402
 from eval_tasks.nlu import nlu  # noqa: E402
+from eval_tasks.novelty import noveltybench  # noqa: E402
 from eval_tasks.task_options import resolve  # noqa: E402
 
 __all__ = [
@@ -37,6 +38,8 @@ __all__ = [
     "DistMatchIFEvalDataset",
     "DistMatchIFEvaluator",
     "DistMatchMMLUDataset",
+    "DistMatchNoveltyDataset",
+    "DistMatchNoveltyEvaluator",
     "DistMatchTopkRetriever",
 ]
 
@@ -185,6 +188,69 @@ class DistMatchDiversityEvaluator(BaseEvaluator):
         }
         result["num_prompts"] = len(per_prompt)
         result["samples_per_prompt"] = min(len(g) for g in groups.values())
+        return result
+
+
+@LOAD_DATASET.register_module()
+class DistMatchNoveltyDataset(BaseDataset):
+    """NoveltyBench's prompts (``curated`` / ``wildchat``), each repeated `num_samples` times (10); the reference
+    column is the prompt itself, which the evaluator groups by and gives the reward model."""
+
+    @staticmethod
+    def load(
+        subset: str, num_samples: int | None = None, prompts_file: str | None = None, **_: Any
+    ) -> Dataset:
+        options = {"num_samples": num_samples, "prompts_file": prompts_file}
+        resolved = resolve("novelty", options, f"distmatch_noveltybench_{subset}")
+        docs = noveltybench.novelty_documents(subset, resolved["prompts_file"])
+        return Dataset.from_list(
+            [
+                {"prompt_id": doc["id"], "sample": j, "prompt": doc["prompt"]}
+                for doc in docs
+                for j in range(resolved["num_samples"])
+            ]
+        )
+
+
+@ICL_EVALUATORS.register_module()
+class DistMatchNoveltyEvaluator(BaseEvaluator):
+    """Groups the generations by prompt (in generation order) and reports NoveltyBench's ``distinct`` and
+    ``utility`` (:mod:`eval_tasks.novelty`), GEM's n-gram / Self-BLEU diversity beside them, and the setting
+    (``comparable`` with the published numbers or not)."""
+
+    def __init__(
+        self,
+        classifier: str | None = None,
+        reward_model: str | None = None,
+        scorer_device: str | None = None,
+        reward_batch_size: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        options = {"classifier": classifier, "reward_model": reward_model, "scorer_device": scorer_device}
+        self.resolved = resolve(
+            "novelty", {**options, "reward_batch_size": reward_batch_size}, "NoveltyBench"
+        )
+
+    def score(self, predictions: Sequence[str], references: Sequence[Any]) -> dict[str, Any]:
+        from eval_tasks.novelty.scorers import load_scorer
+
+        r = self.resolved
+        scorer = load_scorer(
+            r["classifier"], r["reward_model"], device=r["scorer_device"], batch_size=r["reward_batch_size"]
+        )
+        groups: dict[str, list[str]] = {}
+        for prediction, prompt in zip(predictions, references, strict=True):
+            groups.setdefault(str(prompt), []).append(str(prediction))
+        per_prompt = [
+            {**scorer.score(prompt, samples), **noveltybench.gem_diversity(samples)}
+            for prompt, samples in groups.items()
+        ]
+        keys = (*noveltybench.NOVELTY_METRICS, *noveltybench.GEM_METRICS)
+        result: dict[str, Any] = {k: sum(p[k] for p in per_prompt) / len(per_prompt) for k in keys}
+        k = min(len(g) for g in groups.values())
+        result.update(num_prompts=len(per_prompt), samples_per_prompt=k)
+        result["setting"] = noveltybench.comparability(r["classifier"], r["reward_model"], k)
         return result
 
 

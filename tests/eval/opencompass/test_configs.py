@@ -57,6 +57,7 @@ def test_every_config_parses_with_one_datasets_list() -> None:
         "distmatch_poem_diversity_gen.py": ["distmatch_poem_diversity_datasets"],
         "distmatch_story_diversity_gen.py": ["distmatch_story_diversity_datasets"],
         "distmatch_creative_gen.py": ["distmatch_creative_datasets"],
+        "distmatch_noveltybench_gen.py": ["distmatch_noveltybench_datasets"],
     }
     found = {
         p.name: [k for k in _config(p).keys() if k.endswith("_datasets")]
