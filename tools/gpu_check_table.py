@@ -8,6 +8,7 @@ sft` arguments and settings). tools/gpu_check_plan.py says what each field means
 from __future__ import annotations
 
 from gpu_check_axolotl import axolotl_note, axolotl_report, run_axolotl
+from gpu_check_lm_eval import lm_eval_note, lm_eval_report, lm_eval_verdict, run_lm_eval
 from gpu_check_plan import Goal, Run, Step, by_name
 from gpu_check_steps import (
     run_bench,
@@ -82,6 +83,15 @@ STEPS: tuple[Step, ...] = (
         note=axolotl_note,
         report=axolotl_report,
         needs=("build",),
+    ),
+    Step(
+        "lm_eval",
+        gpu_s=90,
+        cpu_s=180,
+        run=run_lm_eval,
+        verdict=lambda part, device: lm_eval_verdict(part),
+        note=lm_eval_note,
+        report=lm_eval_report,
     ),
     Step(
         "triton",

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""The child side of `tools/gpu_check.py`: the training step's model and data, and the packing parity check.
+"""The child side of `tools/gpu_check.py`: the training step's model and data, the `lm_eval` step's data and
+encoder, and the packing parity check.
 
-Run as `python tools/gpu_check_worker.py build|parity ...` with the kit's folder on PYTHONPATH. The probe each
+Run as `python tools/gpu_check_worker.py build|eval-assets|parity ...` with the kit's folder on PYTHONPATH. The probe each
 `trl sft` run of the training step reports through is the training measurement benchmarks/_training_probe.py (the
 kit folder's `sitecustomize.py` installs it). Only the standard library is imported at the top (the driver imports
 `best_attention` from here).
@@ -103,6 +104,47 @@ def build(out: Path, shape: str, n_examples: int, device: str = "cpu") -> dict[s
     return {"model": str(model_dir), "data": str(out / "data"), "params": params, **MODEL_SHAPES[shape]}
 
 
+def eval_assets(out: Path) -> dict[str, Any]:
+    """The `lm_eval` step's local data and encoder, under `out`: every distmatch task's fixture splits (the real
+    datasets' columns; tests/helpers/eval_fixtures.py) and the code tasks' fixture problems in one
+    `DISTMATCH_EVAL_DATA_DIR`, and a tiny random Sentence-BERT encoder built in code (the NLU tasks' retriever and
+    the creative task's `sbert_diversity`: the 87 MiB offline all-MiniLM-L6-v2 is not carried, so that metric's
+    values mean nothing here; its cost is counted)."""
+    import shutil
+    import string
+
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from tests.helpers.eval_fixtures import write_eval_data
+
+    data = write_eval_data(out / "eval-data")
+    shutil.copytree(REPO_ROOT / "tests" / "eval" / "fixtures" / "code", data, dirs_exist_ok=True)
+    words = list(string.ascii_lowercase + string.digits + string.punctuation)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *(f"##{w}" for w in words)]
+    hf = out / "encoder-hf"
+    hf.mkdir(parents=True, exist_ok=True)
+    (hf / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizerFast(vocab_file=str(hf / "vocab.txt")).save_pretrained(hf)
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
+    BertModel(config).save_pretrained(hf)
+    word = models.Transformer(str(hf), max_seq_length=128)
+    encoder = out / "encoder"
+    SentenceTransformer(modules=[word, models.Pooling(word.get_word_embedding_dimension())]).save(
+        str(encoder)
+    )
+    return {"data": str(data), "encoder": str(encoder)}
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Packing parity: one padding-free packed batch against its documents one by one, through DistMatchSFTTrainer
 
@@ -195,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--shape", choices=sorted(MODEL_SHAPES), default="llama32_1b")
     b.add_argument("--examples", type=int, default=6000)
     b.add_argument("--device", default="cpu", help="where the model is initialised (cuda: saved in bf16)")
+    e = sub.add_parser("eval-assets")
+    e.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("parity")
     for flag in ("--model", "--data", "--out"):
         p.add_argument(flag, type=Path, required=True)
@@ -205,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         result = build(args.out, args.shape, args.examples, args.device)
         (args.out / "build.json").write_text(json.dumps(result, indent=1))
+    elif args.command == "eval-assets":
+        result = eval_assets(args.out)
+        (args.out / "eval-assets.json").write_text(json.dumps(result, indent=1))
     else:
         result = parity(args.model, args.data, args.out, args.device, args.dtype, args.loss)
         (args.out / "parity.json").write_text(json.dumps(result, indent=1))

@@ -10,7 +10,9 @@ and once the image plus the kit's requirements, for the image's platform; the ki
 hold at different versions is carried too: it shadows the image's). torch and triton resolve to local stub wheels
 (`<version>+image`, no dependencies) so that no CUDA wheel is ever looked at. Then `pip download --no-deps` fetches
 each kit wheel at its resolved version (`--only-binary :all:`), and the size check fails unless the wheels plus the
-working tree stay under `--limit-mib` (the machine carries at most 64 MiB).
+working tree stay under `--limit-mib` (the machine carries at most 64 MiB). Last, the optional sets of the `axolotl`
+and `lm_eval` steps (tools/gpu_kit_extras.py), carried where they fit, kit.json saying what does not (`--no-extras`:
+without them).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ import zipfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+if (
+    str(REPO_ROOT / "tools") not in sys.path
+):  # gpu_kit_extras beside this file, also when loaded under another name
+    sys.path.insert(0, str(REPO_ROOT / "tools"))
 DEFAULT_DIR = REPO_ROOT / "build" / "gpu-kit"
 # What the GPU image holds: exact versions where known; the rest resolve to their newest release.
 IMAGE_PINS = {"torch": "2.11.0", "triton": "3.6.0", "transformers": "5.17.0"}
@@ -172,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--limit-mib", type=float, default=DEFAULT_LIMIT_MIB)
     parser.add_argument("--check-only", action="store_true", help="only the size check of an existing kit")
+    parser.add_argument(
+        "--no-extras",
+        action="store_true",
+        help="without the Axolotl and lm-eval sets (tools/gpu_kit_extras.py: traced by a CPU dry run, minutes)",
+    )
     args = parser.parse_args(argv)
     wheels, work = args.dir / "wheels", args.dir / "work"
     if not args.check_only:
@@ -225,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
             "own_wheel": own.name,
             "wheels": sorted(p.name for p in keep),
         }
+        if not args.no_extras:
+            from gpu_kit_extras import add_extras
+
+            tree = tree_bytes(REPO_ROOT) / 2**20
+            manifest["extras"] = add_extras(args.dir, wheels, manifest, args.limit_mib, tree)
+            manifest["wheels"] = sorted(p.name for p in wheels.glob("*.whl"))
         (args.dir / "kit.json").write_text(json.dumps(manifest, indent=1) + "\n")
     ok, line = size_check(wheels, REPO_ROOT, args.limit_mib)
     print(line)

@@ -119,7 +119,7 @@ REFUSALS = [
     (["--budget", "soon"], "--budget: invalid float value"),
     (["--run-limit", "nan"], "--run-limit nan: a positive number"),
     (["--train-steps", "1"], "--train-steps 1: at least 2"),
-    (["--steps", ""], "--steps is empty: a comma list of memory,train,axolotl,triton,parity,bench"),
+    (["--steps", ""], "--steps is empty: a comma list of memory,train,axolotl,lm_eval,triton,parity,bench"),
     (["--steps", ","], "--steps is empty"),
     (["--steps", "train", "--runs", ""], "--runs is empty: a comma list of trl,"),
     (["--steps", "triton,nope"], "unknown step or run: nope (steps: memory,"),
@@ -286,7 +286,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert runs == ["trl", "gem_ls", "gem_ls_lora"]
     # Axolotl runs in .venv-axolotl (Axolotl and TRL 1.16 share no venv here); without it the step is not run.
     axolotl = AXOLOTL_RUNS if (REPO_ROOT / ".venv-axolotl" / "bin" / "python").is_file() else []
-    trained_steps = [*(f"train_{r}" for r in runs), *axolotl]
+    trained_steps = [*(f"train_{r}" for r in runs), *axolotl, "lm_eval_assets", "lm_eval"]
     assert steps == ["install", "memory", "build", *trained_steps, "triton", "parity", "bench"]
     assert result["install"]["wheels"] == ["gpu_check_probe-1.0-py3-none-any.whl"]
     assert result["install"]["verdict"] == "ok"
@@ -344,6 +344,19 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
         assert goal["verdict"] == "not measured (no axolotl_liger run)"
     else:
         assert result["axolotl"]["verdict"].startswith("not run: ")
+    # lm-eval (issue 53 goal 4): the three tasks on the gem_ls run's checkpoint, from the local data, batched.
+    evaluated = result["lm_eval"]
+    assert evaluated["verdict"] == "ok" and Path(evaluated["model"]).name == "gem_ls"
+    assert {task: t["items"] for task, t in evaluated["tasks"].items()} == {
+        "distmatch_sst2": 2,
+        "distmatch_poem_diversity": 2,
+        "distmatch_humaneval": 2,
+    }
+    assert "pass@1" in evaluated["tasks"]["distmatch_humaneval"]["metrics"]
+    assert {"ngram_diversity", "sbert_diversity"} <= set(
+        evaluated["tasks"]["distmatch_poem_diversity"]["metrics"]
+    )
+    assert evaluated["items"] == 6 and evaluated["s_per_item"] == pytest.approx(evaluated["seconds"] / 6)
     # The model and the runs' output folders stay in the scratch folder.
     assert not list(out.rglob("*.safetensors"))
     summary = (out / "summary.md").read_text()
@@ -355,6 +368,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     )
     assert "| bench | exit 0 |" in summary and "| bench | ok | 2 rows, 0 with an error |" in summary
     assert "## Results" in summary  # the loss benchmark's own table
+    assert "| lm_eval | ok | 6 items, " in summary and "| distmatch_humaneval | 2 | pass@1 " in summary
     assert "| gem_ls | accum-weight (float32, weight, default) |" in summary  # the memory settings' table
 
     # A kit pip refuses (one wheel of it broken): pip's reason in one line, nothing unpacked (the earlier run's

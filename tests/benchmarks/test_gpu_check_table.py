@@ -72,6 +72,7 @@ def test_a_new_step_is_planned_in_the_tables_order_with_what_it_needs() -> None:
         "memory",
         "train",
         "axolotl",
+        "lm_eval",
         "triton",
         "parity",
         "bench",
@@ -92,6 +93,7 @@ def test_a_new_step_is_planned_in_the_tables_order_with_what_it_needs() -> None:
         "build",
         "train",
         "axolotl",
+        "lm_eval",
         "triton",
         "parity",
         "bench",
@@ -152,7 +154,10 @@ def test_adding_a_step_is_one_entry(
     out = tmp_path / "out"
     folders = ["--out", str(out), "--site", str(tmp_path / "site"), "--scratch", str(tmp_path / "scratch")]
     assert check.main(["--device", "cpu", "--steps", "toy", *folders]) == 2
-    assert "unknown step or run: toy (steps: memory,train,axolotl,triton,parity,bench;" in capsys.readouterr().err
+    assert (
+        "unknown step or run: toy (steps: memory,train,axolotl,lm_eval,triton,parity,bench;"
+        in capsys.readouterr().err
+    )
     limits = plan.step_limits(check.parse_args(["--steps", "toy,toy_slow", *folders], steps), steps)
     assert (limits["toy"], limits["toy_slow"]) == (30, 30)  # their GPU entries; the dry run's below
 
@@ -256,3 +261,4 @@ def test_adding_a_run_is_one_entry(tmp_path: Path) -> None:
     args.runs = ["toy_run"]
     train = steps.run_train(ctx, 60)
     assert train["runs"] == {"toy_run": {"not_run": "needs no-such-package"}} and ctx.runner.records == []
+
