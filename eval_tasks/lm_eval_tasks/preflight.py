@@ -286,8 +286,8 @@ _DEVICE = re.compile(r"(cpu|mps|cuda(:\d+)?|xpu(:\d+)?)")
 def check_novelty_models(
     task_names: Iterable[str], metadata: Mapping[str, Any], environ: Mapping[str, str]
 ) -> None:
-    """NoveltyBench's models, before any generation: ``classifier`` and ``reward_model`` must be a folder holding a
-    sequence-classification checkpoint (the classifier with 2 labels) or a Hub id (in the local cache when
+    """NoveltyBench's models, before any generation: a given ``classifier`` / ``reward_model`` must be a folder holding
+    a sequence-classification checkpoint (the classifier with 2 labels) or a Hub id (in the local cache when
     HF_HUB_OFFLINE is set); ``scorer_device`` a torch device name."""
     tasks = [leaf for name in task_names if isinstance(name, str) for leaf in _leaf_tasks(name)]
     if "novelty" not in {family_of_task(t) for t in tasks}:
@@ -300,6 +300,8 @@ def check_novelty_models(
             f"scorer_device={device!r} is not a device; accepted: cpu, cuda, cuda:<n>, mps, xpu, or unset (auto)."
         )
     for name, labels in (("classifier", 2), ("reward_model", None)):
+        if metadata.get(name) in (None, ""):
+            continue  # the published models: loaded after generation, as the other model options' defaults
         text = str(resolved[name])
         accepted = "give a sequence-classification model's folder or Hub id (cached, when offline), or leave it unset"
         if _looks_local(text) or Path(text).expanduser().exists():

@@ -119,13 +119,14 @@ def novelty_plot(runs: list[Any], out: Path, pub: bool = True) -> Path | None:
                     p["method"], (x, y), fontsize=6, color="0.45", xytext=(3, 2), textcoords="offset points"
                 )
     markers = {"noveltybench_curated": "s", "noveltybench_wildchat": "^"}
-    for i, (name, label, x, y) in enumerate(points):
+    colours = {name: f"C{i % 10}" for i, name in enumerate(dict.fromkeys(p[0] for p in points))}
+    for name, label, x, y in points:
         ax.scatter(
             [x],
             [y],
             marker=markers.get(_benchmark(label), "D"),
             s=48,
-            color=f"C{i % 10}",
+            color=colours[name],
             label=f"{name} · {label}",
         )
     ax.set_xlabel("distinct (classes among K samples)")

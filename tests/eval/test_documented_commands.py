@@ -58,7 +58,24 @@ def _offline_sbert() -> str:
 
 
 #: What a command marked `needs: hub` names from the Hub -> what replaces it here.
-OFFLINE_REPLACEMENTS = {"bert-large-nli-stsb-mean-tokens": _offline_sbert}
+def _tiny_novelty(kind: str) -> Any:
+    """NoveltyBench's classifier / reward model replaced by the tiny ones of tests/eval/novelty/models.py."""
+
+    def make() -> str:
+        import tempfile
+
+        from tests.eval.novelty.models import build_models
+
+        return str(build_models(Path(tempfile.gettempdir()) / f"distmatch-doc-novelty-{os.getpid()}")[kind])
+
+    return make
+
+
+OFFLINE_REPLACEMENTS = {
+    "bert-large-nli-stsb-mean-tokens": _offline_sbert,
+    "yimingzhang/deberta-v3-large-generation-similarity": _tiny_novelty("classifier"),
+    "Skywork/Skywork-Reward-Gemma-2-27B-v0.2": _tiny_novelty("reward"),
+}
 
 
 # ---------------------------------------------------------------------------------------------------------

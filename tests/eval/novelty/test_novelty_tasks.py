@@ -180,15 +180,18 @@ def test_preflight_refuses_before_generation(models: Path, metadata: dict, expec
     assert "\n" not in str(err.value)
 
 
-def test_preflight_refuses_offline_hub_models_and_accepts_the_published_setting(monkeypatch) -> None:
+def test_preflight_refuses_a_given_hub_model_offline_when_not_cached(monkeypatch) -> None:
     from eval_tasks.lm_eval_tasks.preflight import check_novelty_models
 
     monkeypatch.setattr("eval_tasks.lm_eval_tasks.preflight._cached", lambda repo: False)
+    given = {"reward_model": "Skywork/Skywork-Reward-Gemma-2-27B-v0.2"}
     with pytest.raises(
-        DistMatchConfigError, match="classifier='yimingzhang/deberta-v3-large-generation-similarity'"
+        DistMatchConfigError, match="reward_model='Skywork/Skywork-Reward-Gemma-2-27B-v0.2' is not in"
     ):
-        check_novelty_models(["distmatch_noveltybench_wildchat"], {}, {"HF_HUB_OFFLINE": "1"})
-    check_novelty_models(["distmatch_noveltybench_wildchat"], {}, {})  # online: loaded after generation
+        check_novelty_models(["distmatch_noveltybench_wildchat"], given, {"HF_HUB_OFFLINE": "1"})
+    check_novelty_models(["distmatch_noveltybench_wildchat"], given, {})  # online: loaded after generation
+    # the defaults (the published models) are loaded after generation, as the other model options' defaults
+    check_novelty_models(["distmatch_noveltybench"], {}, {"HF_HUB_OFFLINE": "1"})
     check_novelty_models(
         ["distmatch_poem_diversity"], {"scorer_device": "bad"}, {}
     )  # not a NoveltyBench task
