@@ -145,7 +145,15 @@ def test_lm_eval_task_reports_the_rules_on_its_samples(models: Path, tmp_path: P
     assert results["distinct,none"] == pytest.approx(expected["distinct"])
     assert results["utility,none"] == pytest.approx(expected["utility"])
     config = out["configs"][task]
-    assert (config["repeats"], config["generation_kwargs"]["temperature"]) == (3, 1.0)
+    gen = config["generation_kwargs"]  # the creative-writing tasks' sampling (max_gen_toks: this test's 8)
+    assert (config["repeats"], gen["do_sample"], gen["temperature"], gen["top_k"], gen["top_p"]) == (
+        3,
+        True,
+        1.0,
+        50,
+        0.9,
+    )
+    assert set(results) >= {"ngram_diversity,none", "self_bleu_diversity,none"}
     setting = config["metadata"]["noveltybench_setting"]
     assert setting["comparable"] is False and setting["note"].startswith("not comparable")
     assert setting["classifier"] == str(paths["classifier"]) and setting["num_samples"] == 3
