@@ -11,8 +11,7 @@ from typing import Any
 
 from eval_tasks import published as P
 from eval_tasks.protocols import paper_protocol_check
-from eval_tasks.report.labels import DIVERSITY_METRICS, NOT_FRACTIONS
-from eval_tasks.report.novelty import add_novelty, lm_eval_entry
+from eval_tasks.report.labels import DIVERSITY_METRICS, NOT_FRACTIONS, NOVELTY_METRICS
 from eval_tasks.samples import read_text
 
 __all__ = ["ReportError", "RunData", "collect_run", "parse_run_specs"]
@@ -150,7 +149,7 @@ def collect_run(name: str, paths: Sequence[Path]) -> RunData:
             elif kind == "win_rate":
                 _add_win_rate(run, path, data)
             elif kind == "novelty":
-                add_novelty(run, path, data)
+                _add_novelty(run, path, data)
             elif kind == "training":
                 trainer_states.append((int(data.get("global_step") or 0), path, data))
         for _, path, data in sorted(lm_eval_files, key=lambda item: item[0]):  # later runs override
@@ -221,7 +220,7 @@ def _add_lm_eval(run: RunData, path: Path, data: dict[str, Any]) -> None:
             )
         elif benchmark and P.benchmarks()[benchmark]["family"] == "novelty":
             metadata = ((data.get("configs") or {}).get(task) or {}).get("metadata") or {}
-            run.novelty[benchmark] = lm_eval_entry(task, metrics, metadata, str(path))
+            run.novelty[benchmark] = _novelty_entry(task, metrics, metadata, str(path))
         elif benchmark and P.benchmarks()[benchmark]["family"] == "creative":
             check = check or {"protocol": "?", "comparable": False, "differences": []}
             run.diversity[benchmark] = {
@@ -403,4 +402,34 @@ def _add_win_rate(run: RunData, path: Path, data: dict[str, Any]) -> None:
             "give one per run."
         )
     run.win_rates[benchmark] = {**data, "source": str(path)}
+    run.sources.append(str(path))
+
+
+def _novelty_entry(
+    task: str, metrics: dict[str, float], metadata: dict[str, Any], source: str
+) -> dict[str, Any]:
+    """A run's entry from an lm-eval NoveltyBench task (its setting: the results file's task metadata)."""
+    setting = metadata.get("noveltybench_setting") or {
+        "comparable": False,
+        "note": "not comparable: the results file does not record NoveltyBench's setting",
+    }
+    return {
+        "metrics": {m: metrics[m] for m in NOVELTY_METRICS if m in metrics},
+        "setting": setting,
+        "via": f"lm-eval task {task}",
+        "source": source,
+    }
+
+
+def _add_novelty(run: RunData, path: Path, data: dict[str, Any]) -> None:
+    """A ``distmatch-eval novelty`` JSON (``kind: distmatch.novelty``)."""
+    label = data.get("benchmark") or Path(data.get("samples_file") or path).stem
+    while label in run.novelty:
+        label += "'"
+    run.novelty[label] = {
+        "metrics": {m: v for m, v in (data.get("metrics") or {}).items() if m in NOVELTY_METRICS},
+        "setting": data.get("setting") or {},
+        "via": "distmatch-eval novelty",
+        "source": str(path),
+    }
     run.sources.append(str(path))

@@ -9,6 +9,7 @@ from eval_tasks.nlu.nlu import NLU_TASK_NAMES
 
 __all__ = [
     "DIVERSITY_METRICS",
+    "NOVELTY_METRICS",
     "METRIC_TITLES",
     "NLU_ORDER",
     "NLU_SHORT",
@@ -41,6 +42,8 @@ NOT_FRACTIONS = frozenset(
         "utility",
     }
 )
+#: the NoveltyBench table's metrics: its distinct / utility, then GEM's diversity of the same samples
+NOVELTY_METRICS = ("distinct", "utility", "ngram_diversity", "self_bleu_diversity")
 METRIC_TITLES = {
     "acc": "acc",
     "ngram_diversity": "N-gram div.",

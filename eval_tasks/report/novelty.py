@@ -8,46 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from eval_tasks import published as P
+from eval_tasks.report.labels import NOVELTY_METRICS
+from eval_tasks.report.markdown import bold, table
+from eval_tasks.report.plots import pyplot, save_figure
 
-__all__ = ["add_novelty", "lm_eval_entry", "novelty_plot", "novelty_section"]
+__all__ = ["COLUMNS", "novelty_plot", "novelty_section"]
 
 #: the columns: NoveltyBench's numbers, then GEM's diversity of the same samples (0-100)
-COLUMNS = {
-    "distinct": "distinct (1-K)",
-    "utility": "utility (0-10)",
-    "ngram_diversity": "N-gram div.",
-    "self_bleu_diversity": "Self-BLEU div.",
-}
-
-
-def lm_eval_entry(
-    task: str, results: dict[str, float], metadata: dict[str, Any], source: str
-) -> dict[str, Any]:
-    """A run's entry from an lm-eval NoveltyBench task: `results` as collected (fractions are not scaled here)."""
-    setting = metadata.get("noveltybench_setting") or {
-        "comparable": False,
-        "note": "not comparable: the results file does not record NoveltyBench's setting",
-    }
-    return {
-        "metrics": {m: results[m] for m in COLUMNS if m in results},
-        "setting": setting,
-        "via": f"lm-eval task {task}",
-        "source": source,
-    }
-
-
-def add_novelty(run: Any, path: Path, data: dict[str, Any]) -> None:
-    """A ``distmatch-eval novelty`` JSON (``kind: distmatch.novelty``) into `run`."""
-    label = data.get("benchmark") or Path(data.get("samples_file") or path).stem
-    while label in run.novelty:
-        label += "'"
-    run.novelty[label] = {
-        "metrics": {m: v for m, v in (data.get("metrics") or {}).items() if m in COLUMNS},
-        "setting": data.get("setting") or {},
-        "via": "distmatch-eval novelty",
-        "source": str(path),
-    }
-    run.sources.append(str(path))
+COLUMNS = dict(
+    zip(NOVELTY_METRICS, ("distinct (1-K)", "utility (0-10)", "N-gram div.", "Self-BLEU div."), strict=True)
+)
 
 
 def _benchmark(label: str) -> str:
@@ -60,11 +30,6 @@ def novelty_section(
     entries = [(r, label, e) for r in runs for label, e in r.novelty.items()]
     if not entries:
         return []
-    from eval_tasks.report.markdown import (
-        bold,
-        table,
-    )  # (markdown imports collect, which imports this module)
-
     lines = [
         "## NoveltyBench (distinct and utility of K samples per prompt)",
         "",
@@ -106,8 +71,6 @@ def novelty_plot(runs: list[Any], out: Path, pub: bool = True) -> Path | None:
     points = [p for p in points if p[2] is not None and p[3] is not None]
     if not points:
         return None
-    from eval_tasks.report.plots import pyplot, save_figure
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     if pub:
