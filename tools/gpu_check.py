@@ -12,7 +12,7 @@ each step and each training run is one entry of tools/gpu_check_table.py:
 * `train`: real `trl sft` runs on a model with Llama-3.2-1B's shapes built in code (d 2048, 16 layers, 32/8 heads,
   vocabulary 128,256), bf16, sequence 2,048, padding-free packing, the best attention available, gradient
   checkpointing: TRL with `--use_liger_kernel`, `--loss ce / gem_ls / emo / asft`, and LoRA (r 16) runs of TRL+Liger,
-  `ce` and `gem_ls`; tokens/s and peak memory, ratios to TRL's default and each goal's (issue 53 goal 2: against
+  `ce` and `gem_ls`; tokens/s and peak memory, ratios to TRL's default and each goal's (GPU goal 2: against
   TRL+Liger);
 * `triton`: tests/losses/test_triton.py and test_kernel_contract.py (junit XML);
 * `parity`: a packed padding-free batch against its documents one by one (loss and every gradient);

@@ -1,4 +1,4 @@
-"""The GPU check's `axolotl` step (issue 53 goal 3): `axolotl train` with our plugin (`loss: gem_ls`) against
+"""The GPU check's `axolotl` step (GPU goal 3): `axolotl train` with our plugin (`loss: gem_ls`) against
 Axolotl's own cross-entropy with its Liger integration, `sample_packing: true`, bf16, on the model and data of the
 `build` step; tokens/s and peak memory from the training probe (benchmarks/_training_probe.py: it measures every
 transformers `Trainer`, Axolotl's too).
@@ -175,7 +175,8 @@ def run_axolotl(ctx: Context, limit: float) -> dict[str, Any]:
         env = {**ctx.runner.env, **measured, "PYTHONUNBUFFERED": "1", "AXOLOTL_DO_NOT_TRACK": "1"}
         cmd = [python, "-c", AXOLOTL_MAIN, "train", str(config), "--launcher", "python"]
         rec = ctx.runner.run(run.name, cmd, limit, env=env)
-        runs[run.name] = run_result(run, rec["status"], probe, args.warmup_steps, args.train_steps)  # type: ignore[arg-type]
+        result = run_result(run, rec["status"], probe, args.warmup_steps, args.train_steps)  # type: ignore[arg-type]
+        runs[run.name] = result
     baseline = next(iter(runs), "")
     return {
         "python": python,
@@ -224,5 +225,5 @@ def axolotl_report(part: dict[str, Any]) -> list[str]:
             f"{fmt(r['loss_first'], 3)} -> {fmt(r['loss_last'], 3)} |"
         )
     return lines + goals_report(
-        part.get("goals") or [], "Goals (issue 53 goal 3; ratios within this command):"
+        part.get("goals") or [], "Goals (GPU goal 3: Axolotl; ratios within this command):"
     )

@@ -1,4 +1,4 @@
-"""The GPU check's `lm_eval` step (issue 53 goal 4): `lm_eval --model hf` with three distmatch tasks, an NLU task
+"""The GPU check's `lm_eval` step (GPU goal 4): `lm_eval --model hf` with three distmatch tasks, an NLU task
 (`distmatch_sst2`: 8 retrieved demonstrations, loglikelihood), the creative diversity task
 (`distmatch_poem_diversity`: several samples a prompt, the three diversity metrics) and a code task through the
 sandbox (`distmatch_humaneval`, `--confirm_run_unsafe_code`), on the checkpoint the `train` step wrote, from local
@@ -148,10 +148,11 @@ def lm_eval_report(part: dict[str, Any]) -> list[str]:
     """Each task's items and metrics."""
     if not part.get("tasks"):
         return []
-    rows = [
-        f"| {task} | {t['items']} | {', '.join(f'{k} {v:.3g}' for k, v in t['metrics'].items() if isinstance(v, float | int))} |"
-        for task, t in part["tasks"].items()
-    ]
+
+    def metrics(values: dict[str, Any]) -> str:
+        return ", ".join(f"{k} {v:.3g}" for k, v in values.items() if isinstance(v, float | int))
+
+    rows = [f"| {task} | {t['items']} | {metrics(t['metrics'])} |" for task, t in part["tasks"].items()]
     return [
         "",
         "lm-eval (`lm_eval run --model hf`):",

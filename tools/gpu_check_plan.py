@@ -79,7 +79,7 @@ class Step:
 
 @dataclass(frozen=True)
 class Goal:
-    """A training run's goal (issue 53 goal 2): its tokens/s at least `speed` times the run `vs`'s, and its peak
+    """A training run's goal (GPU goal 2): its tokens/s at least `speed` times the run `vs`'s, and its peak
     memory at most `memory` times that run's (None: not asked; both None: measured and reported only)."""
 
     vs: str

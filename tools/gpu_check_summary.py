@@ -113,9 +113,9 @@ GOALS_HEADER = [
 
 
 def goals_report(
-    goals: list[dict[str, Any]], title: str = "Goals (issue 53 goal 2; ratios within this command):"
+    goals: list[dict[str, Any]], title: str = "Goals (GPU goal 2: end to end; ratios within this command):"
 ) -> list[str]:
-    """The goals table (issue 53 goal 2): each run with a goal, its ratios to the run it is measured against, the
+    """The goals table (GPU goal 2): each run with a goal, its ratios to the run it is measured against, the
     goal and its verdict (`gpu_check_verdicts.goal_rows`)."""
     if not goals:
         return []

@@ -36,14 +36,14 @@ from gpu_check_verdicts import (
     triton_verdict,
 )
 
-# In this order: the first command on a GPU answers the open questions first (issue 53: Liger's memory and time at
-# Llama-3-8B's head against our settings and defaults, then end to end through `trl sft`, then Axolotl, then
+# In this order: the first command on a GPU answers the open questions first (the GPU goals: Liger's memory and time
+# at Llama-3-8B's head against our settings and defaults, then end to end through `trl sft`, then Axolotl, then
 # lm-eval), then the Triton tests, the packing parity and the loss benchmark (it takes what is left of the budget).
-# Seconds per process, on the GPU (the whole run fits one 9-minute command; `--budget` caps the sum, and a step
-# with no time left reads `skipped`) and on the CPU. Measured on an H200 (2026-11-27, benchmarks/results/gpu-2026-11-27):
-# triton 28 s (before the bf16-chunk variants), build 25-29 s (cold imports; 769 M parameters), parity 26 s, a
-# `trl sft` run 48-55 s at 4 layers (36-42 s of it before the first step: two interpreters' imports, data, model;
-# 16 layers not yet measured), a benchmark case 10-30 s.
+# Seconds per process, on the GPU (the whole run fits one 9-minute command; `--budget` caps the sum, and a step with
+# no time left reads `skipped`) and on the CPU. Measured on an H200 (2026-11-27, benchmarks/results/gpu-2026-11-27):
+# triton 28 s (before the bf16-chunk variants), build 25-29 s (cold imports; 769 M parameters), parity 26 s, a `trl
+# sft` run 48-55 s at 4 layers (36-42 s of it before the first step: two interpreters' imports, data, model; 16 layers
+# not yet measured), a benchmark case 10-30 s.
 STEPS: tuple[Step, ...] = (
     Step(
         "install",
@@ -135,9 +135,9 @@ LORA = (
 )  # fmt: skip
 LIGER = ("--use_liger_kernel", "true")
 NEEDS_LIGER = ("liger_kernel", "liger-kernel")
-# Issue 53 goal 2, against TRL with `--use_liger_kernel` (the bar users who care about speed train with): `ce` at
-# least 1.05x its tokens/s at no more peak memory, `gem_ls` at least 1.0x, `emo` at least 0.85x; the LoRA runs
-# against TRL+Liger with the same adapter, the same ratios; `asft` measured and reported.
+# GPU goal 2 (docs/benchmarks.md), against TRL with `--use_liger_kernel` (the bar users who care about speed train
+# with): `ce` at least 1.05x its tokens/s at no more peak memory, `gem_ls` at least 1.0x, `emo` at least 0.85x; the
+# LoRA runs against TRL+Liger with the same adapter, the same ratios; `asft` measured and reported.
 VS_LIGER, VS_LIGER_LORA = "trl_liger", "trl_liger_lora"
 
 # On the GPU the default runs answer goal 2, TRL+Liger first (the ratios' baseline), then the goals in order of

@@ -2,10 +2,10 @@
 """The child side of `tools/gpu_check.py`: the training step's model and data, the `lm_eval` step's data and
 encoder, and the packing parity check.
 
-Run as `python tools/gpu_check_worker.py build|eval-assets|parity ...` with the kit's folder on PYTHONPATH. The probe each
-`trl sft` run of the training step reports through is the training measurement benchmarks/_training_probe.py (the
-kit folder's `sitecustomize.py` installs it). Only the standard library is imported at the top (the driver imports
-`best_attention` from here).
+Run as `python tools/gpu_check_worker.py build|eval-assets|parity ...` with the kit's folder on PYTHONPATH. The
+probe each `trl sft` run of the training step reports through is the training measurement
+benchmarks/_training_probe.py (the kit folder's `sitecustomize.py` installs it). Only the standard library is
+imported at the top (the driver imports `best_attention` from here).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# Llama-3-style decoders built in code. `llama32_1b` (the GPU default, issue 53 goal 2): Llama-3.2-1B's shapes, d
+# Llama-3-style decoders built in code. `llama32_1b` (the GPU default, GPU goal 2): Llama-3.2-1B's shapes, d
 # 2048, 16 layers, GQA 32/8 heads, SwiGLU 8192, rope theta 5e5, vocabulary 128,256, the head tied to the embedding
 # as in that model (1.24 B parameters). `llama3`: the same widths on 4 layers, the head untied (the 2026-11-27 and
 # 11-28 runs, 769 M). `tiny`: the CPU dry run's, tied like the GPU default.

@@ -318,7 +318,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     lora = trained["gem_ls_lora"]  # the same loss with the LoRA adapter (r 16): only the adapter trains
     assert lora["trainer_class"] == "DistMatchSFTTrainer" and lora["tokens_per_s"] > 0
     assert 0 < lora["trainable_params"] < run["trainable_params"] / 10
-    # The goals (issue 53 goal 2) are against TRL+Liger, which needs a GPU: each reads not measured, never met.
+    # The goals (GPU goal 2) are against TRL+Liger, which needs a GPU: each reads not measured, never met.
     goals = {g["run"]: g["verdict"] for g in result["train"]["goals"]}
     assert goals == {
         "gem_ls": "not measured (no trl_liger run)",
@@ -330,7 +330,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
         and 0 < run["trainer_ready_after_s"] < run["first_step_after_s"]
     )
     assert result["parity"]["ok"] and result["parity"]["grad_rel_err_max"] < 1e-4
-    # Axolotl (issue 53 goal 3): Axolotl's CE and our plugin's gem_ls through `axolotl train`, sample packing.
+    # Axolotl (GPU goal 3): Axolotl's CE and our plugin's gem_ls through `axolotl train`, sample packing.
     if axolotl:
         part = result["axolotl"]
         assert list(part["runs"]) == AXOLOTL_RUNS and part["verdict"] == "ok" and part["baseline"] == "ok"
@@ -344,7 +344,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
         assert goal["verdict"] == "not measured (no axolotl_liger run)"
     else:
         assert result["axolotl"]["verdict"].startswith("not run: ")
-    # lm-eval (issue 53 goal 4): the three tasks on the gem_ls run's checkpoint, from the local data, batched.
+    # lm-eval (GPU goal 4): the three tasks on the gem_ls run's checkpoint, from the local data, batched.
     evaluated = result["lm_eval"]
     assert evaluated["verdict"] == "ok" and Path(evaluated["model"]).name == "gem_ls"
     assert {task: t["items"] for task, t in evaluated["tasks"].items()} == {

@@ -262,3 +262,14 @@ def test_adding_a_run_is_one_entry(tmp_path: Path) -> None:
     train = steps.run_train(ctx, 60)
     assert train["runs"] == {"toy_run": {"not_run": "needs no-such-package"}} and ctx.runner.records == []
 
+
+def test_every_gpu_step_and_run_is_documented_in_benchmarks_md() -> None:
+    """docs/benchmarks.md "The GPU check" names every step and every training run of the table (`trl sft` and
+    Axolotl), each as `name`: a step or run added without its documentation fails here."""
+    table, axolotl = _module("gpu_check_table"), _module("gpu_check_axolotl")
+    text = (REPO_ROOT / "docs" / "benchmarks.md").read_text()
+    section = text[text.index("## The GPU check") :]
+    section = section[: section.index("\n## ", 3)]
+    names = [step.name for step in table.STEPS] + list(table.RUNS) + list(axolotl.AXOLOTL_RUNS)
+    missing = [name for name in names if f"`{name}`" not in section]
+    assert not missing, f"not in docs/benchmarks.md's GPU check section: {missing}"

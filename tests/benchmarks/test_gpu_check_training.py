@@ -272,7 +272,7 @@ def test_a_run_whose_package_is_missing_is_not_run_and_never_ok(tmp_path: Path) 
 
 
 def test_goals_are_each_runs_ratios_to_trl_with_liger(tmp_path: Path) -> None:
-    """Issue 53 goal 2, read from the table's `Goal`s: `ce` at least 1.05x TRL+Liger's tokens/s at no more peak
+    """GPU goal 2, read from the table's `Goal`s: `ce` at least 1.05x TRL+Liger's tokens/s at no more peak
     memory, `gem_ls` at least 1.0x, `emo` at least 0.85x, the LoRA runs against TRL+Liger with the same adapter,
     `asft` reported; a run or baseline missing reads `not measured`, never met."""
     verdicts, summary, table = (
