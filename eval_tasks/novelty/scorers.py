@@ -145,8 +145,8 @@ def load_scorer(
     key = (classifier or PUBLISHED_CLASSIFIER, reward_model or PUBLISHED_REWARD_MODEL, device, batch_size)
     if key not in _LOADED:
         pair = PairClassifier(key[0], device=device, batch_size=batch_size)
-        reward = NoveltyRewardScorer(
-            key[1], batch_size=batch_size, device=device, setting=f"reward_model={key[1]!r}"
+        reward = NoveltyRewardScorer(  # bf16, as score.py loads it
+            key[1], batch_size=batch_size, device=device, dtype="bfloat16", setting=f"reward_model={key[1]!r}"
         )
         _LOADED[key] = NoveltyScorer(pair, reward)
     return _LOADED[key]

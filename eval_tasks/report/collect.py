@@ -220,7 +220,8 @@ def _add_lm_eval(run: RunData, path: Path, data: dict[str, Any]) -> None:
             )
         elif benchmark and P.benchmarks()[benchmark]["family"] == "novelty":
             metadata = ((data.get("configs") or {}).get(task) or {}).get("metadata") or {}
-            run.novelty[benchmark] = _novelty_entry(task, metrics, metadata, str(path))
+            counts = (data.get("n-samples") or {}).get(task) or {}
+            run.novelty[benchmark] = _novelty_entry(task, metrics, metadata, str(path), counts)
         elif benchmark and P.benchmarks()[benchmark]["family"] == "creative":
             check = check or {"protocol": "?", "comparable": False, "differences": []}
             run.diversity[benchmark] = {
@@ -406,13 +407,26 @@ def _add_win_rate(run: RunData, path: Path, data: dict[str, Any]) -> None:
 
 
 def _novelty_entry(
-    task: str, metrics: dict[str, float], metadata: dict[str, Any], source: str
+    task: str, metrics: dict[str, float], metadata: dict[str, Any], source: str, counts: dict[str, Any]
 ) -> dict[str, Any]:
-    """A run's entry from an lm-eval NoveltyBench task (its setting: the results file's task metadata)."""
-    setting = metadata.get("noveltybench_setting") or {
-        "comparable": False,
-        "note": "not comparable: the results file does not record NoveltyBench's setting",
-    }
+    """A run's entry from an lm-eval NoveltyBench task (its setting: the results file's task metadata; a run of
+    fewer prompts than the task has, e.g. with --limit, is not comparable)."""
+    setting = dict(
+        metadata.get("noveltybench_setting")
+        or {
+            "comparable": False,
+            "note": "not comparable: the results file does not record NoveltyBench's setting",
+        }
+    )
+    effective, original = counts.get("effective"), counts.get("original")
+    if isinstance(effective, int) and isinstance(original, int) and effective < original:
+        note = f"{effective} of the task's {original} prompts (--limit)"
+        setting["note"] = (
+            f"{setting['note']}; {note}"
+            if not setting.get("comparable")
+            else f"not comparable with NoveltyBench's published numbers: {note}"
+        )
+        setting["comparable"] = False
     return {
         "metrics": {m: metrics[m] for m in NOVELTY_METRICS if m in metrics},
         "setting": setting,

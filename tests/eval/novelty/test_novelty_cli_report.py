@@ -93,6 +93,7 @@ def test_novelty_command_and_report(models: Path, tmp_path: Path, capsys: pytest
                     }
                 },
                 "versions": {},
+                "n-samples": {"distmatch_noveltybench_wildchat": {"original": 1000, "effective": 1000}},
             }
         )
     )
@@ -106,6 +107,14 @@ def test_novelty_command_and_report(models: Path, tmp_path: Path, capsys: pytest
     assert "| **lm** | noveltybench_wildchat | 4.50 | 3.25 | – | – | yes |" in section
     assert "gpt-4o" in section and "3.88" in section  # a published leaderboard row
     assert (report_dir / "novelty.png").stat().st_size > 0
+    limited = json.loads(lm_eval_results.read_text())
+    limited["n-samples"]["distmatch_noveltybench_wildchat"]["effective"] = 5
+    lm_eval_results.write_text(json.dumps(limited))
+    assert main(["report", "--run", f"lm={lm_eval_results}", "-o", str(tmp_path / "report2")]) == 0
+    text = (tmp_path / "report2" / "report.md").read_text()
+    assert (
+        "not comparable with NoveltyBench's published numbers: 5 of the task's 1000 prompts (--limit)" in text
+    )
     report = json.loads((report_dir / "report.json").read_text())
     assert report["runs"][1]["novelty"]["noveltybench_wildchat"]["metrics"] == {
         "distinct": 4.5,
