@@ -155,6 +155,11 @@ def add_extras(
         files = [w for w in folder.glob("*.whl") if canonical(w.name.split("-")[0]) in dists]
         sizes = {w.name: round(mib(w), 2) for w in files}
         carried, line = fit_line(sizes, left, limit_mib)
+        if not imported:  # its step did not run in the dry run (no .venv-axolotl, say): nothing is known
+            carried, line = (
+                False,
+                f"not traced: the dry run's {name} step imported nothing (is it installed here?)",
+            )
         if missing:
             line += f"; no wheel for the image's platform: {', '.join(missing)}"
             carried = False

@@ -273,3 +273,41 @@ def test_every_gpu_step_and_run_is_documented_in_benchmarks_md() -> None:
     names = [step.name for step in table.STEPS] + list(table.RUNS) + list(axolotl.AXOLOTL_RUNS)
     missing = [name for name in names if f"`{name}`" not in section]
     assert not missing, f"not in docs/benchmarks.md's GPU check section: {missing}"
+
+
+def test_the_gpu_runs_train_llama_3_2_1b_shapes_and_the_same_lora_adapter(tmp_path: Path) -> None:
+    """GPU goal 2's model (Llama-3.2-1B's shapes, built in code; the dry run's tiny one on the CPU) and its LoRA
+    runs: r 16 on every linear layer of the decoder, the same adapter for ours and TRL+Liger's."""
+    worker, table, steps = _module("gpu_check_worker"), _module("gpu_check_table"), _module("gpu_check_steps")
+    check, plan, runner = (
+        _module("distmatch_tool_gpu_check"),
+        _module("gpu_check_plan"),
+        _module("gpu_check_runner"),
+    )
+    shape = worker.MODEL_SHAPES["llama32_1b"]
+    assert (shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]) == (2048, 16, 128256)
+    assert (shape["num_attention_heads"], shape["num_key_value_heads"], shape["tie_word_embeddings"]) == (
+        32,
+        8,
+        True,
+    )
+    started: list[list[str]] = []
+    for device, want in (("cuda", "llama32_1b"), ("cpu", "tiny")):
+        args = check.parse_args(
+            ["--device", device, "--out", str(tmp_path / "out"), "--scratch", str(tmp_path)]
+        )
+        ctx = plan.Context(args, runner.Runner(args.out, {}, 60), table.RUNS, tmp_path / "kit")
+        ctx.runner.run = lambda name, cmd, limit, env=None: started.append(cmd) or {"status": "failed"}
+        assert steps.run_build(ctx, 60) is None
+        assert started[-1][started[-1].index("--shape") + 1] == want
+    lora = {name: table.RUNS[name].argv() for name in ("trl_liger_lora", "ce_lora", "gem_ls_lora")}
+    adapters = {name: argv[argv.index("--use_peft") :] for name, argv in lora.items()}
+    assert adapters["trl_liger_lora"] == adapters["ce_lora"] == adapters["gem_ls_lora"]
+    adapter = adapters["ce_lora"]
+    assert adapter[:4] == ["--use_peft", "true", "--lora_r", "16"]
+    assert adapter[adapter.index("--lora_target_modules") + 1 :] == [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"
+    ]  # fmt: skip
+    assert lora["trl_liger_lora"][:2] == ["--use_liger_kernel", "true"]
+    gpu = [run.name for run in table.RUNS.values() if run.gpu_default]
+    assert gpu == ["trl_liger", "ce", "gem_ls", "emo", "trl_liger_lora", "ce_lora", "gem_ls_lora", "asft"]
