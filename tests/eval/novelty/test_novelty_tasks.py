@@ -203,3 +203,22 @@ def test_preflight_refuses_a_given_hub_model_offline_when_not_cached(monkeypatch
     check_novelty_models(
         ["distmatch_poem_diversity"], {"scorer_device": "bad"}, {}
     )  # not a NoveltyBench task
+
+
+def test_lm_eval_refuses_a_bad_option_before_the_model_loads(models: Path) -> None:
+    """Through lm-eval itself (the activation hook's pre-flight): the model named does not exist, so any refusal
+    other than ours would be lm-eval's failure to load it."""
+    pytest.importorskip("lm_eval")
+    import lm_eval
+
+    from eval_tasks.lm_eval_tasks import task_manager
+
+    meta = {"scorer_device": "gpu0"}
+    with pytest.raises(DistMatchConfigError, match="scorer_device='gpu0' is not a device"):
+        lm_eval.simple_evaluate(
+            model="hf",
+            model_args=f"pretrained={models / 'no-such-model'}",
+            tasks=["distmatch_noveltybench_curated"],
+            task_manager=task_manager(metadata=meta),
+            metadata=meta,
+        )
