@@ -14,6 +14,10 @@ each step and each training run is one entry of tools/gpu_check_table.py:
   checkpointing: TRL with `--use_liger_kernel`, `--loss ce / gem_ls / emo / asft`, and LoRA (r 16) runs of TRL+Liger,
   `ce` and `gem_ls`; tokens/s and peak memory, ratios to TRL's default and each goal's (GPU goal 2: against
   TRL+Liger);
+* `axolotl`: `axolotl train` with our plugin (`loss: gem_ls`) against Axolotl's CE with its Liger integration,
+  sample packing, bf16, the same model (tools/gpu_check_axolotl.py); `not run` where Axolotl is not installed;
+* `lm_eval`: `lm_eval run --model hf` with an NLU, the creative diversity and a code task on the `train` step's
+  checkpoint, from local data, batched; its time per item (tools/gpu_check_lm_eval.py);
 * `triton`: tests/losses/test_triton.py and test_kernel_contract.py (junit XML);
 * `parity`: a packed padding-free batch against its documents one by one (loss and every gradient);
 * `bench`: benchmarks/bench_losses.py at Llama-3-8B's head (N 8192, bf16) against full logits, Liger, CCE;
@@ -23,7 +27,8 @@ each step and each training run is one entry of tools/gpu_check_table.py:
 Modules: tools/gpu_check_table.py (the entries), gpu_check_plan.py (what an entry is; choosing, timing and running
 a command's steps), gpu_check_steps.py (what each step runs), gpu_check_verdicts.py (reading what they left),
 gpu_check_summary.py (summary.md, the outcome), gpu_check_runner.py (processes, the install), gpu_check_worker.py
-(the child side: model, data, parity); the training measurement is benchmarks/_training_probe.py.
+(the child side: model, data, parity, the lm_eval step's data), gpu_check_axolotl.py and gpu_check_lm_eval.py (those
+steps); the training measurement is benchmarks/_training_probe.py.
 
 `--device cpu` is the dry run: tiny shapes, every step, in well under a minute per step (a test runs it).
 Bad arguments are refused in one line (`error: ...`, exit 2) before any work. Exit status 1 when a step failed (a
