@@ -157,6 +157,7 @@ def test_lm_eval_task_reports_the_rules_on_its_samples(models: Path, tmp_path: P
     setting = config["metadata"]["noveltybench_setting"]
     assert setting["comparable"] is False and setting["note"].startswith("not comparable")
     assert setting["classifier"] == str(paths["classifier"]) and setting["num_samples"] == 3
+    assert f"prompts_file {prompts} (not NoveltyBench's prompt set)" in setting["note"]
 
 
 @pytest.mark.parametrize(
