@@ -223,3 +223,26 @@ def test_lm_eval_refuses_a_bad_option_before_the_model_loads(models: Path) -> No
             task_manager=task_manager(metadata=meta),
             metadata=meta,
         )
+
+
+def test_tasks_built_by_lm_eval_default_to_the_published_setting() -> None:
+    """The group's two tasks as lm-eval builds them from the YAMLs (the shipped prompts, nothing generated): 10 samples,
+    the published models, recorded as comparable."""
+    pytest.importorskip("lm_eval")
+    from eval_tasks.lm_eval_tasks import task_manager
+
+    tasks = task_manager().load(["distmatch_noveltybench"])["tasks"]
+    for name, rows in (("distmatch_noveltybench_curated", 100), ("distmatch_noveltybench_wildchat", 1000)):
+        task = tasks[name]
+        docs = list(task.test_docs())
+        assert (
+            len(docs) == rows
+            and docs[0]["prompt"] == nb.novelty_documents(name.rsplit("_", 1)[1])[0]["prompt"]
+        )
+        assert task.config.repeats == 10
+        setting = task.config.metadata["noveltybench_setting"]
+        assert setting == nb.comparability(None, None, 10) and setting["comparable"] is True
+        assert (setting["classifier"], setting["reward_model"]) == (
+            nb.PUBLISHED_CLASSIFIER,
+            nb.PUBLISHED_REWARD_MODEL,
+        )
