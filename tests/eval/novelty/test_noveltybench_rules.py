@@ -130,3 +130,39 @@ def test_comparability_names_every_change() -> None:
     assert other["comparable"] is False
     assert other["note"].startswith("not comparable")
     assert "tiny-cls" in other["note"] and "tiny-rm" in other["note"] and "4 samples" in other["note"]
+
+
+def test_published_rows_equal_their_sources_and_the_readme() -> None:
+    """eval_tasks/published/noveltybench.json: the leaderboard rows as the page lists them
+    (tests/eval/fixtures/paper_tables/noveltybench_leaderboard.txt), the example submission's numbers as the
+    repository's files give them (fixtures/noveltybench_gemini_curated.json; NB-WildChat: its summary.json), and the
+    family README's table the same numbers."""
+    from eval_tasks import published as P
+    from tests.helpers.env import REPO_ROOT
+
+    rows = [r for r in P.numbers() if r["source_file"] == "noveltybench.json"]
+    page = (REPO_ROOT / "tests/eval/fixtures/paper_tables/noveltybench_leaderboard.txt").read_text()
+    leaderboard = {}
+    for line in page.splitlines():
+        if not line.startswith("#"):
+            _, model, distinct, utility, _ = (c.strip() for c in line.split("|"))
+            leaderboard[(model, "distinct")], leaderboard[(model, "utility")] = (
+                float(distinct),
+                float(utility),
+            )
+    published = {
+        (r["method"], r["metric"]): r["value"] for r in rows if r["benchmark"] == "noveltybench_leaderboard"
+    }
+    assert published == leaderboard
+    example = json.loads((FIXTURES / "noveltybench_gemini_curated.json").read_text())
+    curated = {r["metric"]: r["value"] for r in rows if r["benchmark"] == "noveltybench_curated"}
+    assert curated["utility"] == round(example["summary_json"]["mean_utility"], 4)
+    assert curated["distinct"] == pytest.approx(
+        sum(len(r["partition_scores"]) for r in example["rows"]) / 100
+    )
+    wildchat = {r["metric"]: r["value"] for r in rows if r["benchmark"] == "noveltybench_wildchat"}
+    assert wildchat == {"utility": round(2.7129662055358414, 4)}  # nb-wildchat/summary.json's mean_utility
+    readme = (REPO_ROOT / "eval_tasks/novelty/README.md").read_text()
+    for (model, metric), value in published.items():
+        line = next(line for line in readme.splitlines() if line.startswith(f"| {model} | leaderboard |"))
+        assert f"| {value:.2f} |" in line, (model, metric)
