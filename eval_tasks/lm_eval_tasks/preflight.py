@@ -287,8 +287,8 @@ def check_novelty_models(
     task_names: Iterable[str], metadata: Mapping[str, Any], environ: Mapping[str, str]
 ) -> None:
     """NoveltyBench's models, before any generation: a given ``classifier`` / ``reward_model`` must be a folder holding
-    a sequence-classification checkpoint (the classifier with 2 labels) or a Hub id (in the local cache when
-    HF_HUB_OFFLINE is set); ``scorer_device`` a torch device name."""
+    a sequence-classification checkpoint (the classifier with 2 labels) or a Hub id; a Hub id, the published defaults
+    included, must be in the local cache when HF_HUB_OFFLINE is set; ``scorer_device`` a torch device name."""
     tasks = [leaf for name in task_names if isinstance(name, str) for leaf in _leaf_tasks(name)]
     if "novelty" not in {family_of_task(t) for t in tasks}:
         return
@@ -300,11 +300,10 @@ def check_novelty_models(
             f"scorer_device={device!r} is not a device; accepted: cpu, cuda, cuda:<n>, mps, xpu, or unset (auto)."
         )
     for name, labels in (("classifier", 2), ("reward_model", None)):
-        if metadata.get(name) in (None, ""):
-            continue  # the published models: loaded after generation, as the other model options' defaults
         text = str(resolved[name])
+        given = metadata.get(name) not in (None, "")
         accepted = "give a sequence-classification model's folder or Hub id (cached, when offline), or leave it unset"
-        if _looks_local(text) or Path(text).expanduser().exists():
+        if given and (_looks_local(text) or Path(text).expanduser().exists()):
             config = Path(text).expanduser() / "config.json"
             if not config.is_file():
                 raise DistMatchConfigError(
@@ -327,8 +326,10 @@ def check_novelty_models(
                     f"{name}={text!r} has {found} labels; NoveltyBench's classifier has 2 (1 = equivalent)."
                 )
         elif offline and not _cached(text):
+            # the published defaults too: else the scores fail only after generation, and the samples are lost
+            what = f"{name}={text!r}" if given else f"{name} (unset: the published {text})"
             raise DistMatchConfigError(
-                f"{name}={text!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set, so NoveltyBench "
+                f"{what} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set, so NoveltyBench "
                 f"would fail only after generation; {accepted}."
             )
 

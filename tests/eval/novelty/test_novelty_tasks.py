@@ -189,18 +189,46 @@ def test_preflight_refuses_before_generation(models: Path, metadata: dict, expec
     assert "\n" not in str(err.value)
 
 
-def test_preflight_refuses_a_given_hub_model_offline_when_not_cached(monkeypatch) -> None:
+def _cache_holding(root: Path, *repos: str) -> Path:
+    """A Hugging Face hub cache folder (its real layout) holding a config.json of each repo."""
+    for repo in repos:
+        folder = root / f"models--{repo.replace('/', '--')}"
+        (folder / "refs").mkdir(parents=True)
+        (folder / "refs" / "main").write_text("0" * 40)
+        (folder / "snapshots" / ("0" * 40)).mkdir(parents=True)
+        (folder / "snapshots" / ("0" * 40) / "config.json").write_text("{}")
+    return root
+
+
+def test_preflight_refuses_a_hub_model_offline_when_not_cached(monkeypatch, tmp_path) -> None:
+    """Offline, a Hub id (given, or the published default) must be in the local cache before any generation."""
+    from huggingface_hub import constants
+
     from eval_tasks.lm_eval_tasks.preflight import check_novelty_models
 
-    monkeypatch.setattr("eval_tasks.lm_eval_tasks.preflight._cached", lambda repo: False)
-    given = {"reward_model": "Skywork/Skywork-Reward-Gemma-2-27B-v0.2"}
-    with pytest.raises(
-        DistMatchConfigError, match="reward_model='Skywork/Skywork-Reward-Gemma-2-27B-v0.2' is not in"
-    ):
-        check_novelty_models(["distmatch_noveltybench_wildchat"], given, {"HF_HUB_OFFLINE": "1"})
+    reward, classifier = (
+        "Skywork/Skywork-Reward-Gemma-2-27B-v0.2",
+        "yimingzhang/deberta-v3-large-generation-similarity",
+    )
+    offline = {"HF_HUB_OFFLINE": "1"}
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(_cache_holding(tmp_path / "cls", classifier)))
+    given = {"reward_model": reward}
+    with pytest.raises(DistMatchConfigError, match=f"reward_model='{reward}' is not in"):
+        check_novelty_models(["distmatch_noveltybench_wildchat"], given, offline)
     check_novelty_models(["distmatch_noveltybench_wildchat"], given, {})  # online: loaded after generation
-    # the defaults (the published models) are loaded after generation, as the other model options' defaults
-    check_novelty_models(["distmatch_noveltybench"], {}, {"HF_HUB_OFFLINE": "1"})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    # the published defaults too: offline and not cached, the scores would fail only after generation
+    with pytest.raises(
+        DistMatchConfigError, match=f"classifier \\(unset: the published {classifier}\\) is not in"
+    ):
+        check_novelty_models(["distmatch_noveltybench"], {}, offline)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(_cache_holding(tmp_path / "hub", classifier)))
+    with pytest.raises(
+        DistMatchConfigError, match=f"reward_model \\(unset: the published {reward}\\) is not in"
+    ):
+        check_novelty_models(["distmatch_noveltybench"], {}, offline)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(_cache_holding(tmp_path / "both", classifier, reward)))
+    check_novelty_models(["distmatch_noveltybench"], {}, offline)  # both cached: accepted
     check_novelty_models(
         ["distmatch_poem_diversity"], {"scorer_device": "bad"}, {}
     )  # not a NoveltyBench task
