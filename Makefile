@@ -228,7 +228,7 @@ clean-venvs:
 	rm -rf $(VENV) $(VENV_AXOLOTL) $(VENV_AXOLOTL_LATEST) $(VENV_OC) $(VENV_SWIFT)
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo_out
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis demo_out
 	find . -path ./$(VENV) -prune -o -path ./$(VENV_AXOLOTL) -prune -o -path ./$(VENV_OC) -prune -o \
 		-path ./$(VENV_AXOLOTL_LATEST) -prune -o -path ./$(VENV_SWIFT) -prune -o \
 		-name __pycache__ -type d -prune -exec rm -rf {} +
