@@ -77,7 +77,9 @@ def attach(
     cuda = trainer.args.device.type == "cuda"
     model = getattr(trainer, "model", None)
     record.update(
-        trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad) if model else None,
+        trainable_params=None
+        if model is None
+        else sum(p.numel() for p in model.parameters() if p.requires_grad),
         trainer_class=type(trainer).__name__,
         device=torch.cuda.get_device_name(trainer.args.device) if cuda else "cpu",
         settings=_run_options(trainer.args),

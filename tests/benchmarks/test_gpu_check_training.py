@@ -58,7 +58,8 @@ def test_tokens_per_second_count_only_the_steps_after_warmup() -> None:
 
 def test_probe_record_is_on_disk_after_every_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run cut by its limit keeps what it measured: the record is rewritten at each step's end, and 'first step
-    after s' is the first step's (later steps leave it alone). The options the run trained with are recorded."""
+    after s' is the first step's (later steps leave it alone). The options the run trained with, and its trainable
+    parameters, are recorded."""
     import torch
 
     probe = _module("_training_probe")
@@ -71,6 +72,8 @@ def test_probe_record_is_on_disk_after_every_step(tmp_path: Path, monkeypatch: p
             self.args = SimpleNamespace(
                 device=torch.device("cpu"), loss="gem_ls", gem_beta=None, loss_chunk_memory_mb=64.0
             )
+            self.model = torch.nn.Linear(2, 3)  # its bias frozen, as an adapter run freezes the base model
+            self.model.bias.requires_grad_(False)
 
         def add_callback(self, callback) -> None:
             self.callbacks.append(callback)
@@ -88,6 +91,7 @@ def test_probe_record_is_on_disk_after_every_step(tmp_path: Path, monkeypatch: p
     assert first["step_tokens"] == [8] and not first["finished"] and first["trainer_class"] == "Host"
     assert 100 <= first["first_step_after_s"] < 200 and first["peak_mib"] > 0
     assert first["settings"] == {"loss_chunk_memory_mb": 64.0}
+    assert first["trainable_params"] == 6  # the weight's 2 x 3, not the frozen bias
     time.sleep(0.05)
     mask = torch.tensor([[1] * 5 + [0] * 3])
     host.training_step(None, {"input_ids": torch.ones(1, 8), "attention_mask": mask})
