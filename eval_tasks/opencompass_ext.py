@@ -250,7 +250,9 @@ class DistMatchNoveltyEvaluator(BaseEvaluator):
         result: dict[str, Any] = {k: sum(p[k] for p in per_prompt) / len(per_prompt) for k in keys}
         k = min(len(g) for g in groups.values())
         result.update(num_prompts=len(per_prompt), samples_per_prompt=k)
-        result["setting"] = noveltybench.comparability(r["classifier"], r["reward_model"], k)
+        # a partial range of the prompts (OpenCompass's `test_range`) or a prompts file of others: not comparable
+        _, prompts = noveltybench.prompt_set_note(list(groups))
+        result["setting"] = noveltybench.comparability(r["classifier"], r["reward_model"], k, prompts)
         return result
 
 

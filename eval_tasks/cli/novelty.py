@@ -60,7 +60,7 @@ def cmd_novelty(args: argparse.Namespace) -> int:
         )
     S.check_unique_ids(records, args.samples)
     prompts = [S.prompt_text(r) for r in records]
-    subset, total = nb.detect_subset([p for p in prompts if isinstance(p, str)])
+    subset, note = nb.prompt_set_note([p for p in prompts if isinstance(p, str)], len(records))
     if args.subset and subset != args.subset:
         raise InputError(
             f"{args.samples}: --subset {args.subset}, but its prompts are not all NB-{args.subset}'s."
@@ -69,11 +69,6 @@ def cmd_novelty(args: argparse.Namespace) -> int:
 
     scorer = load_scorer(args.classifier, args.reward_model, device=args.device, batch_size=args.batch_size)
     scored = score_records(records, scorer, args.samples)
-    note = None
-    if subset is None:
-        note = "prompts not NoveltyBench's"
-    elif len(records) != total:
-        note = f"{len(records)} of the {total} NB-{subset} prompts"
     metrics = nb.summarize(scored["per_prompt"])
     metrics.update(
         {m: sum(p[m] for p in scored["per_prompt"]) / len(scored["per_prompt"]) for m in nb.GEM_METRICS}

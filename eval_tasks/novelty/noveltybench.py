@@ -259,3 +259,13 @@ def detect_subset(prompts: Sequence[str]) -> tuple[str | None, int]:
         if prompts and all(p in known for p in prompts):
             return subset, len(known)
     return None, 0
+
+
+def prompt_set_note(prompts: Sequence[str], count: int | None = None) -> tuple[str | None, str | None]:
+    """The subset `prompts` belong to, and how the prompt set differs from that whole subset (None: it is the
+    whole subset) for :func:`comparability`. `count`: the number of prompts scored (default: the distinct ones)."""
+    subset, total = detect_subset(prompts)
+    count = len(set(prompts)) if count is None else count
+    if subset is None:
+        return None, "prompts not NoveltyBench's"
+    return subset, None if count == total else f"{count} of the {total} NB-{subset} prompts"

@@ -42,3 +42,14 @@ def test_noveltybench_config_and_evaluator(monkeypatch: pytest.MonkeyPatch) -> N
     assert result["utility"] == pytest.approx((p1["utility"] + p2["utility"]) / 2)
     assert (result["num_prompts"], result["samples_per_prompt"]) == (2, 2)
     assert result["setting"]["comparable"] is False  # 2 samples, not 10
+    assert "prompts not NoveltyBench's" in result["setting"]["note"]
+
+    # NoveltyBench's prompts, 10 samples each: comparable only over the whole subset (not OpenCompass's test_range)
+    prompts = [d["prompt"] for d in nb.novelty_documents("curated")]
+    some = [p for p in prompts[:3] for _ in range(10)]
+    result = oc.DistMatchNoveltyEvaluator().score([long.format("good")] * len(some), some)
+    assert result["setting"]["comparable"] is False
+    assert result["setting"]["note"].endswith("3 of the 100 NB-curated prompts")
+    every = [p for p in prompts for _ in range(10)]
+    result = oc.DistMatchNoveltyEvaluator().score([long.format("good")] * len(every), every)
+    assert result["setting"]["comparable"] is True, result["setting"]
