@@ -246,7 +246,12 @@ def test_the_documented_run_names_every_mutant_caught() -> None:
         line.split("|")[1:-1] for line in table.splitlines() if line.startswith("| ") and "---" not in line
     ]
     results = {cells[0].strip(): cells[3].strip() for cells in rows[1:]}
-    listed = {m.id for m in _tool().load_mutants()}
+    mutants = _tool().load_mutants()
+    listed = {m.id for m in mutants}
     assert set(results) == listed, (sorted(listed - set(results)), sorted(set(results) - listed))
     assert set(results.values()) == {"caught"}
+    # each row names the file its mutant changes now (a refactor that moves the code moves the row's file too)
+    files = {cells[0].strip(): cells[2].strip() for cells in rows[1:]}
+    stale = {m.id: (files[m.id], m.file) for m in mutants if files[m.id] != m.file}
+    assert not stale, stale
     assert f"{len(listed)} / {len(listed)} caught (100 %)" in table
