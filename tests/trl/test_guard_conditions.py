@@ -19,10 +19,10 @@ from torch import nn
 pytest.importorskip("trl")
 
 from accelerate.parallelism_config import ParallelismConfig  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from axolotl_distmatch.args import conflicts  # noqa: E402
 from tests.helpers.sft import make_trainer  # noqa: E402
+from tests.helpers.tiny_model import tiny_llama_in_memory  # noqa: E402
 from trl_ext.checks import (  # noqa: E402
     DistMatchConfigError,
     check_loss_type,
@@ -179,22 +179,6 @@ def test_trainer_accepts_parallelism_without_sequence_or_context_sharding(ce_tra
 # The patched forward: unsupported logit transforms, each alone; the path chosen for each head property alone
 
 
-def _tiny_llama(**config: Any) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=32,
-            hidden_size=8,
-            intermediate_size=16,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=32,
-            **config,
-        )
-    )
-
-
 def _run(model: nn.Module) -> Any:
     install_loss_forward(model)
     ids = torch.arange(6).reshape(1, 6)
@@ -203,7 +187,7 @@ def _run(model: nn.Module) -> Any:
 
 @pytest.mark.parametrize("attribute", ["output_multiplier", "lm_head_multiplier", "logits_scaling"])
 def test_unsupported_logit_multipliers_are_refused_each_alone(attribute):
-    model = _tiny_llama()
+    model = tiny_llama_in_memory()
     setattr(model.config, attribute, 2.0)
     with pytest.raises(ValueError, match=f"scales its logits with `{attribute}`"):
         _run(model)
@@ -213,7 +197,7 @@ def test_unsupported_logit_multipliers_are_refused_each_alone(attribute):
 
 
 def test_forward_without_labels_is_refused():
-    model = _tiny_llama()
+    model = tiny_llama_in_memory()
     install_loss_forward(model)
     with pytest.raises(ValueError, match="distmatch losses need `labels`"):
         model(input_ids=torch.arange(4).reshape(1, 4), distmatch_loss=LossRequest("ce", {}))
@@ -221,7 +205,7 @@ def test_forward_without_labels_is_refused():
 
 @pytest.mark.parametrize("change", ["none", "force", "softcap", "bias", "not_linear"])
 def test_each_head_property_alone_picks_the_path(change):
-    model = _tiny_llama()
+    model = tiny_llama_in_memory()
     request = LossRequest("ce", {}, force_logits_path=change == "force")
     if change == "softcap":
         model.config.final_logit_softcapping = 30.0

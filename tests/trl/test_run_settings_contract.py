@@ -15,12 +15,11 @@ import sys
 
 import pytest
 import torch
-from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from distmatch.errors import DistMatchConfigError
 from tests.helpers.flock_probe import holder, probe
 from tests.helpers.sft import make_config
+from tests.helpers.tiny_model import tiny_llama_in_memory
 from trl_ext import output_lock
 from trl_ext.cli import check_parsed
 from trl_ext.losses import FusedSettings, auto_chunk_size, token_loss
@@ -109,20 +108,6 @@ def test_loss_kernels_torch_means_no_kernel_even_on_cuda():
 # ---- the settings reach the loss -------------------------------------------------------------------------------
 
 
-def _tiny_llama() -> nn.Module:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=32,
-        hidden_size=8,
-        intermediate_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=32,
-    )
-    return LlamaForCausalLM(config)
-
-
 @pytest.mark.parametrize("force_logits", [False, True], ids=["fused", "logits"])
 def test_the_patched_forward_computes_with_the_runs_settings(monkeypatch, force_logits):
     """The run's settings, not the environment's: a setting that cannot run on a CPU (`loss_kernels: triton`
@@ -130,7 +115,7 @@ def test_the_patched_forward_computes_with_the_runs_settings(monkeypatch, force_
     request with the environment saying otherwise changes nothing."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("DISTMATCH_KERNELS", "torch")
-    model = _tiny_llama()
+    model = tiny_llama_in_memory()
     install_loss_forward(model)
     ids = torch.arange(6).reshape(1, 6)
     forced = LossRequest("ce", {}, force_logits_path=force_logits, settings=FusedSettings(kernels="triton"))
