@@ -31,6 +31,7 @@ from eval_tasks.metrics.corpus import (
 )
 from eval_tasks.metrics.inputs import DiversityInputError
 from eval_tasks.metrics.ngram import ngram_diversity
+from tests.helpers.forked_tqdm import tqdm_for_forked_tests  # noqa: F401  (autouse)
 
 ROOT = Path(__file__).resolve().parents[2]
 SACREBLEU = "corpus_bleu defaults: 13a, 4-gram, exp smoothing, case-sensitive"
@@ -59,23 +60,6 @@ def _sbert_values(groups: list[list[str]]) -> list[float]:
         cosines = [float(a @ b) for a, b in itertools.combinations(unit, 2)]
         values.append(100.0 * (1.0 - sum(cosines) / len(cosines)))
     return values
-
-
-@pytest.fixture(autouse=True)
-def _tqdm_for_forked_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Real tqdm bars, with a lock of this process alone and no monitor thread. tqdm's default write lock includes a
-    multiprocessing semaphore shared by every process forked after it was made: mutmut forks one test process per
-    mutant, and once one of them is stopped while holding it, every later bar waits on it forever (the mutants
-    reported as timed out); its monitor thread takes the same lock."""
-    import threading
-
-    import tqdm
-    import tqdm.auto
-
-    lock = threading.RLock()
-    for cls in {tqdm.tqdm, tqdm.auto.tqdm}:
-        monkeypatch.setattr(cls, "_lock", lock, raising=False)
-        monkeypatch.setattr(cls, "monitor_interval", 0)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from eval_tasks.metrics.next_token import NextTokenStats, next_token_distribution, next_token_stats
+from tests.helpers.forked_tqdm import tqdm_for_forked_tests  # noqa: F401  (autouse)
 from tests.helpers.next_token_parts import (
     TEMPLATE,
     checkpoint,
@@ -36,23 +37,6 @@ from tests.helpers.next_token_parts import (
 )
 
 BOS, EOS, PAD, USER = 1, 2, 0, 3  # the tokenizer's <s>, </s>, <pad>, <|user|>
-
-
-@pytest.fixture(autouse=True)
-def _tqdm_for_forked_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Real tqdm bars, with a lock of this process alone and no monitor thread. tqdm's default write lock includes a
-    multiprocessing semaphore shared by every process forked after it was made: mutmut forks one test process per
-    mutant, and once one of them is stopped while holding it, every later bar waits on it forever (the mutants
-    reported as timed out); its monitor thread takes the same lock."""
-    import threading
-
-    import tqdm
-    import tqdm.auto
-
-    lock = threading.RLock()
-    for cls in {tqdm.tqdm, tqdm.auto.tqdm}:
-        monkeypatch.setattr(cls, "_lock", lock, raising=False)
-        monkeypatch.setattr(cls, "monitor_interval", 0)
 
 
 def _rows(calls: list[dict[str, Any]]) -> list[list[int]]:
