@@ -321,9 +321,17 @@ mutants: $(CORE_STAMP) $(AXO_STAMP)
 # every mutant of each module in tools/mutation_score.toml and runs that module's covering tests against them, in a
 # scratch copy under build/mutation-score/; prints killed / survived / timed out / score per module (survivors
 # listed in tools/mutation_equivalent.toml are equivalent). MUTATION_SCORE_ARGS="--only math_answers" runs some.
+# grad_weight runs in $(VENV_AXOLOTL) (Triton's interpreter runs its `tiles` kernel): mutmut goes in there too, held
+# to that venv's frozen pins like its test tools.
 MUTATION_SCORE_ARGS ?=
-mutation-score: $(CORE_STAMP)
+MUTMUT_SPEC := mutmut>=3.8,<4
+AXO_MUTMUT := $(VENV_AXOLOTL)/bin/mutmut
+mutation-score: $(CORE_STAMP) $(AXO_MUTMUT)
 	$(OFFLINE) OMP_NUM_THREADS=1 $(VENV)/bin/python tools/mutation_score.py $(MUTATION_SCORE_ARGS)
+
+$(AXO_MUTMUT): $(AXO_STAMP)
+	$(INSTALL) $(VENV_AXOLOTL)/bin/python $(PIP_INSTALL_ARGS) -c $(VENV_AXOLOTL)/.distmatch-constraints.txt "$(MUTMUT_SPEC)"
+	touch $@
 
 # The release (tools/dist.py; docs/development.md "Releases"): wheel + sdist into dist/, `twine check`, the wheel's
 # file list and entry points, then the wheel with its dependencies (and the eval extra) in a clean venv built from

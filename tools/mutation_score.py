@@ -29,14 +29,32 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "tools" / "mutation_score.toml"
-EQUIVALENT = ROOT / "tools" / "mutation_equivalent.toml"
-SCRATCH = ROOT / "build" / "mutation-score"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Project:
+    """The git working tree whose modules are scored (this repository, or `--root`) and the tool's files in it."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "tools" / "mutation_score.toml"
+
+    @property
+    def equivalent(self) -> Path:
+        return self.root / "tools" / "mutation_equivalent.toml"
+
+    @property
+    def scratch(self) -> Path:
+        return self.root / "build" / "mutation-score"
+
 
 # mutmut's exit-code meaning (mutmut/stats.py status_by_exit_code), folded into the table's columns
 KILLED = {1, 3}
@@ -45,33 +63,36 @@ TIMED_OUT = {36, -24, 24, 152, 255}
 NO_TESTS = {5, 33}
 
 
-def load_config() -> tuple[dict, list[dict]]:
-    data = tomllib.loads(CONFIG.read_text())
+def load_config(project: Project) -> tuple[dict, list[dict]]:
+    data = tomllib.loads(project.config.read_text())
     return data.get("defaults", {}), data["module"]
 
 
-def load_equivalent() -> dict[str, dict]:
-    if not EQUIVALENT.exists():
+def load_equivalent(project: Project) -> dict[str, dict]:
+    if not project.equivalent.exists():
         return {}
-    return {e["mutant"]: e for e in tomllib.loads(EQUIVALENT.read_text()).get("equivalent", [])}
+    return {e["mutant"]: e for e in tomllib.loads(project.equivalent.read_text()).get("equivalent", [])}
 
 
-def working_tree_files() -> list[str]:
+def working_tree_files(project: Project) -> list[str]:
     out = subprocess.run(
-        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
+        cwd=project.root,
+        check=True,
+        capture_output=True,
     ).stdout
-    return [p for p in out.decode().split("\0") if p and (ROOT / p).is_file()]
+    return [p for p in out.decode().split("\0") if p and (project.root / p).is_file()]
 
 
-def make_copy(name: str, module: dict, defaults: dict) -> Path:
-    dest = SCRATCH / name
+def make_copy(project: Project, name: str, module: dict, defaults: dict) -> Path:
+    dest = project.scratch / name
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for rel in working_tree_files():
+    for rel in working_tree_files(project):
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, target)
+        shutil.copy2(project.root / rel, target)
     package = module["file"].split("/")[0]
     tops = sorted(
         {p.split("/")[0] for p in os.listdir(dest)} - {package, "mutants", "tests", "pyproject.toml"}
@@ -94,15 +115,30 @@ def make_copy(name: str, module: dict, defaults: dict) -> Path:
     return dest
 
 
-def run_module(name: str, module: dict, defaults: dict, jobs: int) -> dict:
-    dest = make_copy(name, module, defaults)
+def module_python(project: Project, module: dict) -> Path:
+    """The interpreter of the venv a module runs in: `venv` (e.g. `.venv-axolotl`, whose Triton runs the kernels
+    in its interpreter with `env = {TRITON_INTERPRET = "1"}`), else this one."""
+    if "venv" not in module:
+        return Path(sys.executable)
+    python = project.root / module["venv"] / "bin" / "python"
+    if not (python.parent / "mutmut").exists():
+        raise SystemExit(
+            f"tools/mutation_score.toml: module {module['name']!r} runs in {module['venv']}, which has no mutmut: "
+            "`make mutation-score` installs it there"
+        )
+    return python
+
+
+def run_module(project: Project, name: str, module: dict, defaults: dict, jobs: int) -> dict:
+    dest = make_copy(project, name, module, defaults)
     timeout = int(module.get("timeout", defaults.get("timeout", 900)))
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
         HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1"
     )
-    mutmut = Path(sys.executable).parent / "mutmut"
+    env.update(module.get("env", {}))
+    mutmut = module_python(project, module).parent / "mutmut"
     log = open(dest / "mutmut.log", "w")
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -127,7 +163,7 @@ def run_module(name: str, module: dict, defaults: dict, jobs: int) -> dict:
     wall = time.monotonic() - start
     log.close()
     (dest / "wall.json").write_text(json.dumps({"wall_s": wall, "stopped": stopped, "rc": proc.returncode}))
-    return collect(name, module)
+    return collect(project, name, module)
 
 
 #: Prints {mutant: diff} as JSON for the mutant names in argv, in one process (`mutmut show` is one per mutant).
@@ -144,12 +180,12 @@ print(json.dumps(out))
 """
 
 
-def mutant_diffs(dest: Path, mutants: list[str]) -> dict[str, str]:
+def mutant_diffs(dest: Path, mutants: list[str], python: Path) -> dict[str, str]:
     """mutmut's diff of each mutant, read in the module's scratch copy."""
     if not mutants:
         return {}
     out = subprocess.run(
-        [sys.executable, "-c", _DIFFS, *mutants], cwd=dest, capture_output=True, text=True, check=False
+        [str(python), "-c", _DIFFS, *mutants], cwd=dest, capture_output=True, text=True, check=False
     )
     try:
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -178,8 +214,8 @@ def still_equivalent(diff: str, entry: dict) -> bool:
     return entry["changed"].strip() in added
 
 
-def collect(name: str, module: dict) -> dict:
-    dest = SCRATCH / name
+def collect(project: Project, name: str, module: dict) -> dict:
+    dest = project.scratch / name
     meta = dest / "mutants" / (module["file"] + ".meta")
     wall = json.loads((dest / "wall.json").read_text()) if (dest / "wall.json").exists() else {}
     row = dict(
@@ -200,11 +236,11 @@ def collect(name: str, module: dict) -> dict:
     if not meta.exists() or failure:
         row["error"] = failure or f"no results ({dest / 'mutmut.log'})"
         return row
-    equivalent = load_equivalent()
+    equivalent = load_equivalent(project)
     codes = json.loads(meta.read_text())["exit_code_by_key"]
     row["mutants"] = len(codes)
     not_killed = [m for m, code in codes.items() if code in SURVIVED or code in NO_TESTS]
-    diffs = mutant_diffs(dest, not_killed)
+    diffs = mutant_diffs(dest, not_killed, module_python(project, module))
     for mutant, code in sorted(codes.items()):
         if code in KILLED:
             row["killed"] += 1
@@ -256,22 +292,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", help="module names from tools/mutation_score.toml")
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (mutmut --max-children)")
     parser.add_argument("--report-only", action="store_true", help="re-read the last run's results")
+    parser.add_argument(
+        "--root",
+        default=str(REPO),
+        help="the git working tree to score, with its tools/mutation_score.toml (default: this repository)",
+    )
     parser.add_argument("--goal", type=float, default=90.0, help="fail when a module scores below this")
     args = parser.parse_args(argv)
-    defaults, modules = load_config()
+    project = Project(Path(args.root).resolve())
+    defaults, modules = load_config(project)
     names = [m["name"] for m in modules]
     unknown = set(args.only or []) - set(names)
     if unknown:
         parser.error(f"unknown module(s): {sorted(unknown)}; known: {names}")
+    for module in modules:  # before any work: each module's venv has mutmut
+        if not args.only or module["name"] in args.only:
+            module_python(project, module)
     rows = []
     for module in modules:
         if args.only and module["name"] not in args.only:
             continue
         print(f"==> {module['name']}: {module['file']}", flush=True)
         row = (
-            collect(module["name"], module)
+            collect(project, module["name"], module)
             if args.report_only
-            else run_module(module["name"], module, defaults, args.jobs)
+            else run_module(project, module["name"], module, defaults, args.jobs)
         )
         rows.append(row)
         print(table([row]).splitlines()[-1], flush=True)
@@ -286,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         + "\n"
     )
-    SCRATCH.mkdir(parents=True, exist_ok=True)
-    (SCRATCH / "report.md").write_text(text)
+    project.scratch.mkdir(parents=True, exist_ok=True)
+    (project.scratch / "report.md").write_text(text)
     print("\n" + text)
     low = [r["name"] for r in rows if r.get("score") is None or r["score"] < args.goal]
     if low:
