@@ -6,10 +6,14 @@ head's dtype), with each d-weight accumulator that runs on the CPU."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from trl_ext.losses import FusedSettings, fused_token_loss, token_loss
+from trl_ext.losses.grad_weight import add_product, new_buffer
+from trl_ext.losses.plan import make_plan
 
 N, D, V = 6, 8, 20
 
@@ -68,3 +72,57 @@ def test_a_bfloat16_head_gets_a_bfloat16_gradient(accum: str) -> None:
     w = weight.double().requires_grad_()
     token_loss("ce", hidden.double() @ w.T, labels).sum().backward()
     assert torch.allclose(got.double(), w.grad, rtol=2e-2, atol=2e-2)
+
+
+# --- the accumulator and its products in the CUDA configurations (grad_weight.py's module table), checked on meta
+# tensors: the mixed-dtype products (16-bit operands, float32 result) have no CPU kernel, so their values are the
+# GPU check's; here their dtypes, devices and in-place writes ------------------------------------------------------
+
+
+def _fused_plan(accum: str, dtype: torch.dtype, device: str = "cpu"):
+    hidden = torch.empty(N, D, dtype=dtype, device=device)
+    return make_plan(
+        "ce",
+        {},
+        V,
+        hidden,
+        chunk_size=4,
+        want_stats=False,
+        settings=FusedSettings(grad_weight_accum=accum),
+        fused=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("accum", "expected"),
+    [("float32", torch.float32), ("weight", torch.bfloat16), ("tiles", torch.bfloat16)],
+)
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_the_accumulator_is_in_the_compute_or_the_weight_dtype_on_the_weights_device(accum, expected, device):
+    """`float32`: a [V, d] buffer in the compute dtype; `weight` and `tiles`: in the head's dtype (half the memory
+    of a bf16 head's float32 buffer); on the head's device, zero."""
+    weight = torch.empty(V, D, dtype=torch.bfloat16, device=device)
+    # `tiles` needs the Triton kernel to plan (its runs: tests/losses/test_triton.py); its buffer rule is the same
+    plan = _fused_plan("weight" if accum == "tiles" else accum, torch.bfloat16)
+    buffer = new_buffer(dataclasses.replace(plan, grad_weight_mode=accum), weight)
+    assert (buffer.dtype, buffer.device, buffer.shape) == (expected, torch.device(device), weight.shape)
+    if device == "cpu":
+        assert not buffer.any()
+
+
+def _meta(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+@pytest.mark.parametrize("accumulator", [torch.bfloat16, torch.float32], ids=["16-bit", "compute-dtype"])
+def test_16_bit_operands_add_their_float32_product_into_the_accumulator_in_place(accumulator):
+    """On CUDA the operands are in the head's 16-bit dtype (`matmul_dtype`) and the products float32: a 16-bit
+    accumulator gets grad^T h added in place (cuBLAS, one rounding), a compute-dtype one too (a float32 result of
+    16-bit operands). The write lands in the accumulator itself, in its dtype."""
+    plan = dataclasses.replace(_fused_plan("weight", torch.float32), matmul_dtype=torch.bfloat16)
+    grad_weight = _meta(V, D, dtype=accumulator)
+    grad, h = _meta(N, V, dtype=torch.bfloat16), _meta(N, D, dtype=torch.bfloat16)
+    version = grad_weight._version
+    add_product(plan, grad_weight, grad, h)
+    assert grad_weight._version > version  # written in place: nothing else holds the sum
+    assert (grad_weight.dtype, grad_weight.shape) == (accumulator, (V, D))
