@@ -100,6 +100,10 @@ def references_of(loss: str, options: Mapping[str, Any]) -> dict[str, Any]:
     if loss not in DISTMATCH_LOSSES:
         return found
     for option in options_of(loss):
+        if (
+            not option.from_model
+        ):  # a keyword such as loss_kernels='auto' is no folder, even where one has its name
+            continue
         value = options.get(option.name, option.default)
         if isinstance(value, str) and value and Path(value).expanduser().is_dir():
             found[option.name] = fingerprint(value)

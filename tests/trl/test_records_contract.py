@@ -380,3 +380,23 @@ def test_overwrite_run_goes_on_when_a_checkpoint_is_already_gone(tmp_path):
     assert str(old) in removed and not old.exists()
     assert last_checkpoint(out) is None and run_records(out) == []
     assert check_new_run(out, None, False) == []
+
+
+def test_only_the_options_that_name_a_model_folder_are_fingerprinted(tmp_path, monkeypatch):
+    """A record fingerprints the model folders the run trained against (`anchor_reference`, a cost-embedding
+    folder: the options whose value says where a model comes from), never a keyword option whose value happens to
+    name a folder of the working directory (loss_kernels='auto' beside a folder ./auto): such a record would refuse
+    every later resume from another directory as 'trained against a folder that is no folder'."""
+    monkeypatch.chdir(tmp_path)
+    for keyword in ("auto", "float32", "frozen", "initial", "excluded"):
+        (tmp_path / keyword).mkdir()
+    reference = _model(tmp_path / "reference_model", 0.5)
+    options = {"loss_kernels": "auto", "anchor_reference": str(reference)}
+    record = read_record(_checkpoint(tmp_path / "run" / "checkpoint-4", "asft", options))
+    assert record is not None and set(record.references) == {"anchor_reference"}
+    gem = read_record(_checkpoint(tmp_path / "gem" / "checkpoint-4", "gem_ls", {"loss_kernels": "auto"}))
+    assert gem is not None and gem.references == {}
+    # resumed from another working directory: the keyword is still a keyword, and the run goes on
+    monkeypatch.chdir(tmp_path / "run")
+    resume = resolve_resume(tmp_path / "gem" / "checkpoint-4", "gem_ls", {"loss_kernels": "auto"})
+    assert resume is not None
