@@ -347,6 +347,9 @@ def check_new_run(output_dir: str | os.PathLike | None, checkpoint: str | None, 
         )
     checkpoints = sorted(p for p in root.glob("checkpoint-*") if p.is_dir())
     for path in checkpoints:
-        shutil.rmtree(path, ignore_errors=True)  # (another rank may remove it first)
+        if path.is_symlink():  # a link to a checkpoint elsewhere: the link goes, what it points to stays
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)  # (another rank may remove it first)
     (root / RECORD_FILE).unlink(missing_ok=True)
     return [str(p) for p in checkpoints]

@@ -382,6 +382,20 @@ def test_overwrite_run_goes_on_when_a_checkpoint_is_already_gone(tmp_path):
     assert check_new_run(out, None, False) == []
 
 
+def test_overwrite_run_removes_a_link_to_a_checkpoint_elsewhere_and_keeps_its_target(tmp_path):
+    """A `checkpoint-N` that is a link to a checkpoint outside output_dir: the link is removed (no later
+    `resume_from_checkpoint: true` picks it) and the folder it points to, not the run's to remove, stays."""
+    out = tmp_path / "out"
+    _checkpoint(out / "checkpoint-2")
+    elsewhere = _checkpoint(tmp_path / "archive" / "checkpoint-9")
+    (out / "checkpoint-9").symlink_to(elsewhere, target_is_directory=True)
+    removed = check_new_run(out, None, True)
+    assert removed == [str(out / "checkpoint-2"), str(out / "checkpoint-9")]
+    assert not (out / "checkpoint-9").is_symlink() and not (out / "checkpoint-9").exists()
+    assert (elsewhere / "distmatch.json").is_file()
+    assert last_checkpoint(out) is None and run_records(out) == []
+
+
 def test_only_the_options_that_name_a_model_folder_are_fingerprinted(tmp_path, monkeypatch):
     """A record fingerprints the model folders the run trained against (`anchor_reference`, a cost-embedding
     folder: the options whose value says where a model comes from), never a keyword option whose value happens to
