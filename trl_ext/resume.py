@@ -100,9 +100,8 @@ def references_of(loss: str, options: Mapping[str, Any]) -> dict[str, Any]:
     if loss not in DISTMATCH_LOSSES:
         return found
     for option in options_of(loss):
-        if (
-            not option.from_model
-        ):  # a keyword such as loss_kernels='auto' is no folder, even where one has its name
+        # only the options that name a model folder: a keyword (loss_kernels='auto') is none, even beside ./auto
+        if not option.from_model:
             continue
         value = options.get(option.name, option.default)
         if isinstance(value, str) and value and Path(value).expanduser().is_dir():
