@@ -385,6 +385,7 @@ def training_section(runs: list[RunData]) -> list[str]:
         *table(header, [[x if not isinstance(x, float) else round(x, 4) for x in row] for row in rows]),
         "",
         "Last logged values of `trainer_state.json` (`log_history`); CE / entropy / token accuracy are logged by "
-        "the distmatch trainers next to the objective. Eval perplexity = exp(eval CE), else exp(eval loss).",
+        "the distmatch trainers next to the objective. Eval perplexity = exp(eval CE), else exp(eval loss) below 50 "
+        "(none above: a diverged run).",
         "",
     ]

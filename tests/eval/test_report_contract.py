@@ -516,7 +516,8 @@ def test_nexttoken_table_with_gem_perplexities_and_the_probes(tmp_path: Path) ->
 
 TRAINING_NOTE = (
     "Last logged values of `trainer_state.json` (`log_history`); CE / entropy / token accuracy are logged by "
-    "the distmatch trainers next to the objective. Eval perplexity = exp(eval CE), else exp(eval loss)."
+    "the distmatch trainers next to the objective. Eval perplexity = exp(eval CE), else exp(eval loss) below 50 "
+    "(none above: a diverged run)."
 )
 
 
