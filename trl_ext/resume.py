@@ -99,10 +99,8 @@ def references_of(loss: str, options: Mapping[str, Any]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if loss not in DISTMATCH_LOSSES:
         return found
-    for option in options_of(loss):
-        # only the options that name a model folder: a keyword (loss_kernels='auto') is none, even beside ./auto
-        if not option.from_model:
-            continue
+    # only the options that name a model folder: a keyword (loss_kernels='auto') is none, even beside ./auto
+    for option in (o for o in options_of(loss) if o.from_model):
         value = options.get(option.name, option.default)
         if isinstance(value, str) and value and Path(value).expanduser().is_dir():
             found[option.name] = fingerprint(value)
