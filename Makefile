@@ -289,7 +289,7 @@ test-core: $(CORE_STAMP)
 # free (`--dist worksteal`; with loadscope one worker ran all of them, 46 s against 28 s).
 test-axolotl: $(AXO_STAMP)
 	$(call pytest_run,$(VENV_AXOLOTL),axolotl_env or trl_trainer or (trl_cli and not one_stack))
-	$(call pytest_run,$(VENV_AXOLOTL),loss_library,tests/losses/test_triton.py tests/losses/test_kernel_contract.py,TRITON_INTERPRET=1,$(PYTEST_XDIST_BY_TEST))
+	$(call pytest_run,$(VENV_AXOLOTL),loss_library,tests/losses/test_triton.py tests/losses/test_kernel_contract.py tests/losses/test_row_backends_contract.py,TRITON_INTERPRET=1,$(PYTEST_XDIST_BY_TEST))
 
 # The newest Axolotl (Python 3.12, TRL 1.14, transformers 5.20): the Axolotl tests again, with its version pins.
 test-axolotl-latest: $(AXO_LATEST_STAMP)

@@ -66,6 +66,12 @@ PLACES: tuple[Place, ...] = (
         "the Triton kernel's contract: run where Triton is (.venv-axolotl) as well",
     ),
     Place(
+        "losses/test_row_backends_contract.py",
+        None,
+        (CORE, AXOLOTL),
+        "the row math's selection and the kernel's self-checks: run where Triton is (.venv-axolotl) as well",
+    ),
+    Place(
         "trl",
         ("trl_trainer",),
         (CORE, AXOLOTL),
@@ -278,7 +284,11 @@ SELECTIONS: tuple[Selection, ...] = (
         "test-axolotl",
         AXOLOTL,
         "loss_library",
-        ("tests/losses/test_triton.py", "tests/losses/test_kernel_contract.py"),
+        (
+            "tests/losses/test_triton.py",
+            "tests/losses/test_kernel_contract.py",
+            "tests/losses/test_row_backends_contract.py",
+        ),
     ),
     Selection("test-axolotl-latest", AXOLOTL_LATEST, "axolotl_env"),
     Selection("test-opencompass", OPENCOMPASS, "opencompass_env"),
