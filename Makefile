@@ -115,7 +115,7 @@ help:
 	@echo "make dist         build the wheel + sdist into dist/, check them, smoke-test the wheel in a clean venv"
 	@echo "make gpu-kit      the wheels a lent GPU machine lacks, for tools/gpu_check.sh (build/gpu-kit; docs/benchmarks.md)"
 	@echo "make mutants      mutation check: every wrong change in tools/mutants/*.toml must fail its tests (slow)"
-	@echo "make mutation-score   mutmut over the modules in tools/mutation_score.toml: a score per module (about an hour)"
+	@echo "make mutation-score   mutmut over the modules in tools/mutation_score.toml: a score per module (about 1.5 hours on 2 cores)"
 	@echo "make test-swift   the ms-swift plugin tests in .venv-swift (built on first use; a step of make test)"
 	@echo "make clean-venvs  delete the venvs;  make clean  delete caches and build outputs"
 	@echo "overrides: PYTHON=$(PYTHON) TORCH_SPEC=$(TORCH_SPEC) TORCH_PIP_ARGS=$(TORCH_PIP_ARGS) PYTEST_ARGS="

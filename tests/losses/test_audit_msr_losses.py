@@ -1,5 +1,5 @@
 """Outside audit "mutation score round": the losses' documented defaults, edges and paths, against values computed
-by hand in plain Python from the papers' and official code's formulas (../shared/reference, the objectives'
+by hand in plain Python from the papers' and official code's formulas (the objectives'
 docstrings, docs/losses.md), not from the code under test."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """EMO (trl_ext/losses/objectives/emo.py) and the CE-weighted family's closed form (objectives/ce_weighted.py)
 against their contract, for what the oracle tests leave open.
 
-EMO, from the official code (../shared/reference/losses.md 1.3: `tok = 0.5 * (ell + sg(ell / (e + 1e-10)) * e)`,
+EMO, from the official code (`tok = 0.5 * (ell + sg(ell / (e + 1e-10)) * e)`,
 emo2 `sg(e / (ell + 1e-10)) * ell + e`) and the module's docstrings: the epsilon sits where the official code puts
 it, so the ratios stay finite and the values right where D or CE is near 0; D >= 0 (a rounding below 0 is cut, in
 value); a cost-embedding row of zeros costs 1 to every token (no NaN, also when it is the target's); `ratio_clamp`
