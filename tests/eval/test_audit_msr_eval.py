@@ -117,26 +117,21 @@ def test_win_rate_is_the_bradley_terry_sigmoid_of_the_margin(margin: float) -> N
 
 @pytest.fixture(scope="module")
 def tiny_lm():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    from tests.helpers.tiny_model import tiny_llama_in_memory
     from trl_ext.testing import build_tokenizer
 
     tok = build_tokenizer()
-    torch.manual_seed(0)
-    config = LlamaConfig(
+    model = tiny_llama_in_memory(
         vocab_size=len(tok),
         hidden_size=16,
         intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        max_position_embeddings=2048,
         initializer_range=0.3,
         pad_token_id=tok.pad_token_id,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
     )
-    return LlamaForCausalLM(config).eval(), tok
+    return model.eval(), tok
 
 
 def _mean_nll(model, ids: list[int], start: int) -> float:
