@@ -347,6 +347,6 @@ dist: $(CORE_STAMP) $(AXO_STAMP)
 # tests' time):
 VENVS_BUDGET := 480
 # dist (mostly pip installing a clean venv) and the two small venvs' tests run side by side.
-TEST_STEPS := lint=45 dist+test-opencompass+test-swift=180 test-core=540 test-axolotl=420 test-axolotl-latest=240
+TEST_STEPS := lint=45 dist+test-opencompass+test-swift=180 test-core=600 test-axolotl=420 test-axolotl-latest=240
 test:
 	@MAKE="$(MAKE)" $(PYTHON) tools/test_steps.py --first venvs=$(VENVS_BUDGET) $(TEST_STEPS)
