@@ -93,17 +93,21 @@ def used_options(loss: str | None, options: Mapping[str, Any]) -> dict[str, Any]
     return {name: value for name, (o, value) in values.items() if not (o.path and value == _plain(o.default))}
 
 
+def folder_options(loss: str | None) -> tuple[str, ...]:
+    """The options of `loss` whose value names a model folder (`from_model`: `anchor_reference`, a cost-embedding
+    folder): the only ones a record fingerprints and a resume checks. A keyword option (loss_kernels='auto') names
+    none, even beside a folder ./auto."""
+    return tuple(o.name for o in options_of(loss) if o.from_model) if loss in DISTMATCH_LOSSES else ()
+
+
 def references_of(loss: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The model folders `loss`'s options name (`anchor_reference`, a cost-embedding folder): option -> its absolute
     path and weights' fingerprint (`distmatch.model_folder.fingerprint`)."""
     found: dict[str, Any] = {}
-    if loss not in DISTMATCH_LOSSES:
-        return found
-    # only the options that name a model folder: a keyword (loss_kernels='auto') is none, even beside ./auto
-    for option in (o for o in options_of(loss) if o.from_model):
-        value = options.get(option.name, option.default)
+    for name in folder_options(loss):
+        value = options.get(name, OPTION_DEFAULTS[name])
         if isinstance(value, str) and value and Path(value).expanduser().is_dir():
-            found[option.name] = fingerprint(value)
+            found[name] = fingerprint(value)
     return found
 
 
@@ -274,7 +278,7 @@ def _check_references(
     path), so that naming the same model by another path resumes as the same options, and None for a folder
     holding other weights (allowed by `allow_change`), so that the options differ from the record's."""
     same: dict[str, Any] = {}
-    used = {o.name for o in options_of(loss)} if loss in DISTMATCH_LOSSES else set()
+    used = set(folder_options(loss))  # a record of an older version may fingerprint a keyword option too
     for name, recorded in (record.references or {}).items():
         value = options.get(name)
         if name not in used or not isinstance(value, str) or not isinstance(recorded, dict):

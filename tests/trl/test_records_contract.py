@@ -414,3 +414,13 @@ def test_only_the_options_that_name_a_model_folder_are_fingerprinted(tmp_path, m
     monkeypatch.chdir(tmp_path / "run")
     resume = resolve_resume(tmp_path / "gem" / "checkpoint-4", "gem_ls", {"loss_kernels": "auto"})
     assert resume is not None
+    # a record an older version wrote, with the keyword fingerprinted as a folder: the resume checks only the
+    # options that name a model folder, so it goes on here too
+    _rewrite(
+        tmp_path / "gem" / "checkpoint-4",
+        lambda data: data.update(
+            references={"loss_kernels": {"path": str(tmp_path / "auto"), "weights": {}}}
+        ),
+    )
+    resume = resolve_resume(tmp_path / "gem" / "checkpoint-4", "gem_ls", {"loss_kernels": "auto"})
+    assert resume is not None and resume.action == "same"
