@@ -17,21 +17,8 @@ from eval_tasks import metrics as M
 from eval_tasks import results as E
 from eval_tasks.metrics.sentence_bert import SbertUnavailableError
 from eval_tasks.samples import InputError
+from tests.helpers.forked_tqdm import tqdm_for_forked_tests  # noqa: F401  (autouse)
 from tests.helpers.next_token_parts import checkpoint, tokenizer, use_model
-
-
-@pytest.fixture(autouse=True)
-def _tqdm_for_forked_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Real tqdm bars with a lock of this process alone (see tests/eval/test_next_token_contract.py)."""
-    import threading
-
-    import tqdm
-    import tqdm.auto
-
-    lock = threading.RLock()
-    for cls in {tqdm.tqdm, tqdm.auto.tqdm}:
-        monkeypatch.setattr(cls, "_lock", lock, raising=False)
-        monkeypatch.setattr(cls, "monitor_interval", 0)
 
 
 def _records(k: int, n: int = 2) -> list[dict]:

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-TOOL = REPO / "tools" / "mutation_score.py"
+from tests.helpers.mutation_score_project import TOOL, run_tool, tiny_project
 
 pytestmark = pytest.mark.launches  # the tool starts Python (mutmut's diffs) and mutmut
 
@@ -122,32 +119,12 @@ def test_double():
 
 
 def test_a_modules_env_reaches_its_mutmut_run(tmp_path) -> None:
-    root = tmp_path / "proj"
-    for rel, text in {
-        "tiny/__init__.py": "",
-        "tiny/calc.py": SOURCE,
-        "tests/__init__.py": "",
-        "tests/test_calc.py": TESTS,
-        "pyproject.toml": '[project]\nname = "tiny"\nversion = "0"\n',
-        ".gitignore": "build/\n",
-        "tools/mutation_score.toml": (
-            '[[module]]\nname = "calc"\nfile = "tiny/calc.py"\ntests = ["tests/test_calc.py"]\n'
-            'env = { AUDIT_MODULE_ENV = "yes" }\ntimeout = 200\n'
-        ),
-    }.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    for args in (["init", "-q"], ["add", "-A"]):
-        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MUTANT_", "AUDIT_"))}
-    out = subprocess.run(
-        [sys.executable, str(TOOL), "--root", str(root), "--jobs", "1"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    config = (
+        '[[module]]\nname = "calc"\nfile = "tiny/calc.py"\ntests = ["tests/test_calc.py"]\n'
+        'env = { AUDIT_MODULE_ENV = "yes" }\ntimeout = 200\n'
     )
+    root = tiny_project(tmp_path / "proj", SOURCE, TESTS, config)
+    out = run_tool(root, "--jobs", "1", unset=("AUDIT_",))
     row = [line for line in out.stdout.splitlines() if line.startswith("| calc |")]
     assert row, out.stdout + out.stderr
     cells = [c.strip() for c in row[-1].strip("|").split("|")]

@@ -8,16 +8,13 @@ that runs in another venv, and a mutant no test reaches counted as survived.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-TOOL = REPO / "tools" / "mutation_score.py"
+from tests.helpers.mutation_score_project import run_tool, tiny_project
 
 pytestmark = pytest.mark.launches  # git and the tool (which starts mutmut)
 
@@ -65,32 +62,8 @@ def _git(root: Path, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tiny_project")
-    for rel, text in {
-        "tiny/__init__.py": "",
-        "tiny/calc.py": SOURCE,
-        "tests/__init__.py": "",
-        "tests/test_calc.py": TESTS,
-        "pyproject.toml": '[project]\nname = "tiny"\nversion = "0"\n',
-        ".gitignore": "build/\n.venv-other/\n",
-        "tools/mutation_score.toml": CONFIG,
-    }.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    _git(root, "init", "-q")
-    _git(root, "add", "-A")
-    return root
-
-
-def _tool(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MUTANT_"))}
-    return subprocess.run(
-        [sys.executable, str(TOOL), "--root", str(root), *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    return tiny_project(
+        tmp_path_factory.mktemp("tiny_project"), SOURCE, TESTS, CONFIG, "build/\n.venv-other/\n"
     )
 
 
@@ -102,7 +75,7 @@ def _row(stdout: str, name: str = "calc") -> list[str]:
 
 @pytest.fixture(scope="module")
 def first_run(project: Path) -> subprocess.CompletedProcess[str]:
-    return _tool(project, "--jobs", "1")
+    return run_tool(project, "--jobs", "1")
 
 
 def test_a_run_counts_each_mutant_once_and_fails_under_the_goal(
@@ -153,7 +126,7 @@ def test_an_equivalent_mutant_counts_only_while_its_diff_adds_the_listed_line(
         equivalent.write_text(
             f'[[equivalent]]\nmutant = "{bound}"\nchanged = "return x >= high"\nwhy = "x"\n'
         )
-        listed = _tool(project, "--report-only")
+        listed = run_tool(project, "--report-only")
         row = _row(listed.stdout)
         assert (int(row[4]), int(row[6])) == (int(before[4]) - 1, 1)  # one survivor fewer, one equivalent
         assert f"- {bound}" not in listed.stdout
@@ -163,7 +136,7 @@ def test_an_equivalent_mutant_counts_only_while_its_diff_adds_the_listed_line(
         equivalent.write_text(
             f'[[equivalent]]\nmutant = "{bound}"\nchanged = "return x > high + 1"\nwhy = "x"\n'
         )
-        stale = _tool(project, "--report-only")
+        stale = run_tool(project, "--report-only")
         assert _row(stale.stdout)[4:7] == before[4:7] and f"- {bound}" in stale.stdout
     finally:
         equivalent.unlink(missing_ok=True)
@@ -175,7 +148,7 @@ def test_the_goal_is_met_when_every_mutant_is_killed(project: Path, first_run) -
     (work / "tiny" / "calc.py").write_text(SOURCE.split("\n\n\ndef unused")[0] + "\n")
     (work / "tests" / "test_calc.py").write_text(TESTS + "    assert above(10, 10) is False\n")
     _git(work, "add", "-A")
-    done = _tool(work, "--jobs", "1")
+    done = run_tool(work, "--jobs", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     row = _row(done.stdout)
     assert int(row[4]) == 0 and row[8] == "100.0 %" and "below 90" not in done.stdout
@@ -187,7 +160,7 @@ def test_a_module_in_another_venv_needs_mutmut_there(project: Path) -> None:
     config = work / "tools" / "mutation_score.toml"
     config.write_text(CONFIG.replace('name = "calc"', 'name = "calc"\nvenv = ".venv-other"'))
     (work / ".venv-other" / "bin").mkdir(parents=True)
-    refused = _tool(work, "--report-only")
+    refused = run_tool(work, "--report-only")
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines()[-1] == (
         "tools/mutation_score.toml: module 'calc' runs in .venv-other, which has no mutmut: "
@@ -196,5 +169,5 @@ def test_a_module_in_another_venv_needs_mutmut_there(project: Path) -> None:
 
 
 def test_an_unknown_module_is_refused_before_any_work(project: Path) -> None:
-    refused = _tool(project, "--only", "nope")
+    refused = run_tool(project, "--only", "nope")
     assert refused.returncode == 2 and "unknown module(s): ['nope']; known: ['calc']" in refused.stderr
