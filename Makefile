@@ -321,8 +321,8 @@ mutants: $(CORE_STAMP) $(AXO_STAMP)
 # every mutant of each module in tools/mutation_score.toml and runs that module's covering tests against them, in a
 # scratch copy under build/mutation-score/; prints killed / survived / timed out / score per module (survivors
 # listed in tools/mutation_equivalent.toml are equivalent). MUTATION_SCORE_ARGS="--only math_answers" runs some.
-# grad_weight runs in $(VENV_AXOLOTL) (Triton's interpreter runs its `tiles` kernel): mutmut goes in there too, held
-# to that venv's frozen pins like its test tools.
+# grad_weight and row_backends run in $(VENV_AXOLOTL) (Triton's interpreter runs the kernel there): mutmut goes in
+# there too, held to that venv's frozen pins like its test tools.
 MUTATION_SCORE_ARGS ?=
 MUTMUT_SPEC := mutmut>=3.8,<4
 AXO_MUTMUT := $(VENV_AXOLOTL)/bin/mutmut

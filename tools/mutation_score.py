@@ -305,13 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.only or []) - set(names)
     if unknown:
         parser.error(f"unknown module(s): {sorted(unknown)}; known: {names}")
-    for module in modules:  # before any work: each module's venv has mutmut
-        if not args.only or module["name"] in args.only:
-            module_python(project, module)
+    selected = [m for m in modules if not args.only or m["name"] in args.only]
+    for module in selected:  # before any work: each module's venv has mutmut
+        module_python(project, module)
     rows = []
-    for module in modules:
-        if args.only and module["name"] not in args.only:
-            continue
+    for module in selected:
         print(f"==> {module['name']}: {module['file']}", flush=True)
         row = (
             collect(project, module["name"], module)
